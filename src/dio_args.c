@@ -1,0 +1,71 @@
+/* dio_args: memory -> page vector -> iovec. */
+#include <config.h>
+
+#include "dio_args.h"
+
+void
+dio_args_map (struct dio_args *d, void **pages, void *mem, size_t len,
+              uint64_t offset)
+{
+  uintptr_t first = (uintptr_t) mem & ~(uintptr_t) (DIO_PAGE_SIZE - 1);
+  unsigned i, n = dio_pages_needed (mem, len);
+
+  for (i = 0; i < n; i++)
+    pages[i] = (void *) (first + (uintptr_t) i * DIO_PAGE_SIZE);
+  d->pages = pages;
+  d->first_page_off = (uintptr_t) mem - first;
+  d->nr_pages = n;
+  d->length = len;
+  d->offset = offset;
+}
+
+size_t
+dio_args_total (const struct dio_args *segs, unsigned nsegs)
+{
+  size_t total = 0;
+  unsigned s;
+
+  for (s = 0; s < nsegs; s++)
+    total += segs[s].length;
+  return total;
+}
+
+int
+dio_args_to_iovec (const struct dio_args *segs, unsigned nsegs, size_t skip,
+                   struct iovec *iov, unsigned max_iov)
+{
+  unsigned s, i, n = 0;
+
+  for (s = 0; s < nsegs; s++) {
+    const struct dio_args *d = &segs[s];
+    size_t left = d->length;
+
+    for (i = 0; i < d->nr_pages && left > 0; i++) {
+      size_t start = i == 0 ? d->first_page_off : 0;
+      size_t bytes = DIO_PAGE_SIZE - start;
+      char *base;
+
+      if (bytes > left)
+        bytes = left;
+      left -= bytes;
+      if (skip >= bytes) {
+        skip -= bytes;
+        continue;
+      }
+      base = (char *) d->pages[i] + start + skip;
+      bytes -= skip;
+      skip = 0;
+
+      if (n > 0 && (char *) iov[n-1].iov_base + iov[n-1].iov_len == base)
+        iov[n-1].iov_len += bytes;
+      else {
+        if (n == max_iov)
+          return -1;
+        iov[n].iov_base = base;
+        iov[n].iov_len = bytes;
+        n++;
+      }
+    }
+  }
+  return n;
+}

@@ -1,0 +1,55 @@
+/* dio_args: one direct I/O described as a page vector, after Jens Axboe's
+ * 2009 proposal for a page-based ->direct_IO(): the pages, the offset of
+ * the data in the first page, the page count, the length and the file
+ * offset.  A request is one or more dio_args that follow each other in the
+ * file (head block, middle, tail block) and go to the kernel together as
+ * one vectored I/O.
+ *
+ * The page array is walked with an explicit index wherever it is walked; a
+ * dio_args is never advanced in place, so a failed or short transfer leaves
+ * it exactly as it was and the remainder is rebuilt from a byte count.
+ */
+#ifndef PDIO_DIO_ARGS_H
+#define PDIO_DIO_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define DIO_PAGE_SIZE 4096u
+
+struct dio_args {
+  void **pages;                 /* nr_pages page-aligned addresses */
+  unsigned first_page_off;      /* where the data starts in pages[0] */
+  unsigned nr_pages;
+  size_t length;                /* bytes, starting first_page_off into pages[0] */
+  uint64_t offset;              /* file offset of the first byte */
+};
+
+/* How many page slots mapping len bytes at mem takes. */
+static inline unsigned
+dio_pages_needed (const void *mem, size_t len)
+{
+  uintptr_t first = (uintptr_t) mem & ~(uintptr_t) (DIO_PAGE_SIZE - 1);
+  uintptr_t end = (uintptr_t) mem + len;
+
+  return len ? (end - first + DIO_PAGE_SIZE - 1) / DIO_PAGE_SIZE : 0;
+}
+
+/* Describes the memory [mem, mem+len), which goes to or comes from file
+ * offset `offset`, in d.  pages must have dio_pages_needed(mem, len) slots.
+ */
+extern void dio_args_map (struct dio_args *d, void **pages, void *mem,
+                          size_t len, uint64_t offset);
+
+/* Fills iov[] with the bytes of segs[0..nsegs) from byte `skip` on, merging
+ * pages that are adjacent in memory.  Returns the number of iovecs, or -1
+ * if more than max_iov would be needed.
+ */
+extern int dio_args_to_iovec (const struct dio_args *segs, unsigned nsegs,
+                              size_t skip, struct iovec *iov,
+                              unsigned max_iov);
+
+extern size_t dio_args_total (const struct dio_args *segs, unsigned nsegs);
+
+#endif /* PDIO_DIO_ARGS_H */
