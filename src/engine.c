@@ -266,9 +266,8 @@ run_chunk (struct pdio_image *img, struct io_ctx *ctx,
   return 0;
 }
 
-/* Direct I/O of any offset, length and memory, chunk by chunk. */
-static int
-rw_direct (struct pdio_image *img, struct io_ctx *ctx, bool write,
+int
+engine_rw_direct (struct pdio_image *img, struct io_ctx *ctx, bool write,
            char *buf, size_t count, uint64_t offset, int rw_flags)
 {
   const struct plan_request req = {
@@ -277,7 +276,7 @@ rw_direct (struct pdio_image *img, struct io_ctx *ctx, bool write,
   const struct plan_limits lim = {
     .align = write ? img->geo.offset_align : img->geo.read_align,
     .mem_align = img->geo.mem_align,
-    .bounce_cap = BOUNCE_CAP,
+    .bounce_cap = img->bounce_cap,
   };
   struct plan_chunk c;
   size_t done;
@@ -306,7 +305,7 @@ pdio_read (struct pdio_image *img, void *buf, size_t count, uint64_t offset)
   if (ctx == NULL)
     return -errno;
   COUNT (img, reads, 1);
-  return rw_direct (img, ctx, false, buf, count, offset, 0);
+  return engine_rw_direct (img, ctx, false, buf, count, offset, 0);
 }
 
 /* The last (size % alignment) bytes of an image cannot be written with
@@ -374,7 +373,7 @@ engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,
     direct = count < img->direct_end - offset
       ? count : img->direct_end - offset;
   if (direct) {
-    r = rw_direct (img, ctx, true, (char *) buf, direct, offset,
+    r = engine_rw_direct (img, ctx, true, (char *) buf, direct, offset,
                    (flags & PDIO_FUA) ? RWF_DSYNC : 0);
     if (r < 0)
       return r;
@@ -647,6 +646,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   if (img == NULL)
     return -errno;
   img->fd = img->tail_fd = -1;
+  img->bounce_cap = BOUNCE_CAP;
   img->log = cfg->log;
   range_lock_init (&img->lock);
   pthread_mutex_init (&img->ctx_lock, NULL);

@@ -33,6 +33,7 @@ struct pdio_image {
   bool readonly;
   enum pdio_backend backend;    /* URING or PSYNC */
   uint64_t direct_end;          /* writes at or past this use tail_fd */
+  size_t bounce_cap;            /* bounce bytes per chunk (BOUNCE_CAP) */
   struct range_lock lock;
   pthread_key_t ctx_key;
   pthread_mutex_t ctx_lock;     /* protects ctxs */
@@ -61,6 +62,13 @@ extern struct io_ctx *engine_ctx (struct pdio_image *img);
 extern void engine_lock_write (struct pdio_image *img,
                                struct range_lock_entry *e,
                                uint64_t offset, uint64_t count);
+
+/* Direct I/O of any offset, length and memory, chunk by chunk: the
+ * executor of plan_chunk().  Writes need the caller's range lock.
+ */
+extern int engine_rw_direct (struct pdio_image *img, struct io_ctx *ctx,
+                             bool write, char *buf, size_t count,
+                             uint64_t offset, int rw_flags);
 
 /* Writes buf to [offset, offset+count) under the caller's range lock. */
 extern int engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,

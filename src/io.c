@@ -33,13 +33,13 @@ account (struct io_ctx *ctx, struct io_op *op, size_t total, ssize_t res,
   op->done += res;
   if (op->done >= total)
     return 1;
-  atomic_fetch_add_explicit (&ctx->counters->short_io, 1,
-                             memory_order_relaxed);
   /* O_DIRECT cannot continue a read from an unaligned offset: a short read
    * ending there stopped at end of file.
    */
   if (!op->write && (op->segs[0].offset + op->done) % ctx->read_align)
     return 1;
+  atomic_fetch_add_explicit (&ctx->counters->short_io, 1,
+                             memory_order_relaxed);
   return 0;
 }
 

@@ -1,0 +1,79 @@
+/* mem_backend; see mem_backend.h. */
+#include <config.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "mem_backend.h"
+
+static bool
+aligned (const struct mem_disk *d, const struct io_sub *s)
+{
+  int i;
+
+  if (s->offset % d->align)
+    return false;
+  for (i = 0; i < s->iovcnt; i++)
+    if (s->iov[i].iov_len % d->align ||
+        (uintptr_t) s->iov[i].iov_base % d->mem_align)
+      return false;
+  return true;
+}
+
+static ssize_t
+transfer (struct mem_disk *d, const struct io_sub *s)
+{
+  size_t want = 0, done = 0;
+  int i;
+
+  d->transfers++;
+  if (!aligned (d, s)) {
+    d->violations++;
+    return -EINVAL;
+  }
+  if (d->eagain_every && d->transfers % d->eagain_every == 0)
+    return -EAGAIN;
+  for (i = 0; i < s->iovcnt; i++)
+    want += s->iov[i].iov_len;
+  /* Short by whole blocks, as the kernel's direct I/O would be. */
+  if (d->short_every && d->transfers % d->short_every == 0 &&
+      want >= 2 * d->align)
+    want = (want / 2) / d->align * d->align;
+
+  for (i = 0; i < s->iovcnt && done < want; i++) {
+    size_t n = s->iov[i].iov_len;
+    uint64_t off = s->offset + done;
+
+    if (n > want - done)
+      n = want - done;
+    if (s->write) {
+      if (off + n > d->size)
+        return done ? (ssize_t) done : -ENOSPC;
+      memcpy (d->data + off, s->iov[i].iov_base, n);
+    }
+    else {
+      if (off >= d->size)
+        break;
+      if (off + n > d->size)
+        n = d->size - off;
+      memcpy (s->iov[i].iov_base, d->data + off, n);
+    }
+    done += n;
+  }
+  return done;
+}
+
+static int
+mem_submit (struct io_ctx *ctx, struct io_sub *subs, unsigned n)
+{
+  unsigned i;
+
+  for (i = 0; i < n; i++)
+    subs[i].res = transfer (ctx->backend_state, &subs[i]);
+  return 0;
+}
+
+const struct io_backend mem_backend = {
+  .name = "mem",
+  .submit = mem_submit,
+};

@@ -1,0 +1,504 @@
+/* The engine on real files, through its public API, with both backends:
+ *
+ * - every bad-input case of pdio_open gives its error and message;
+ * - random reads, writes (with FUA), zeroes (with and without may-trim and
+ *   fast-zero), trims and flushes on odd- and even-sized images, at the
+ *   file's own alignment and at align=4096, checked against a shadow copy
+ *   read by read and again on the file itself at the end; the file's size
+ *   never changes;
+ * - after the workload none of the image is in the page cache (mincore);
+ * - threads writing disjoint bytes of the same blocks lose nothing;
+ * - read-only images refuse writes with EPERM;
+ * - extents match a known layout of data and holes.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "unit.h"
+
+static char dir[4096];
+static char last_msg[4096];
+static uint64_t seed;
+
+static void
+capture (const char *fmt, va_list args)
+{
+  vsnprintf (last_msg, sizeof last_msg, fmt, args);
+}
+
+static const struct pdio_log quiet_log = { capture, capture, NULL };
+
+static void
+make_file (const char *path, uint64_t size, bool random_data)
+{
+  int fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  unsigned char buf[65536];
+  uint64_t pos;
+
+  CHECK (fd >= 0, "create %s: %m", path);
+  CHECK (ftruncate (fd, size) == 0, "ftruncate: %m");
+  for (pos = 0; random_data && pos < size; pos += sizeof buf) {
+    size_t n = size - pos < sizeof buf ? size - pos : sizeof buf, i;
+    for (i = 0; i < n; i++)
+      buf[i] = unit_rand (&seed);
+    CHECK (pwrite (fd, buf, n, pos) == (ssize_t) n, "pwrite: %m");
+  }
+  /* Start with none of it cached, so residency afterwards is ours. */
+  CHECK (fsync (fd) == 0, "fsync: %m");
+  CHECK (posix_fadvise (fd, 0, 0, POSIX_FADV_DONTNEED) == 0, "fadvise");
+  close (fd);
+}
+
+static void
+read_file (const char *path, unsigned char *buf, uint64_t size)
+{
+  int fd = open (path, O_RDONLY);
+  struct stat st;
+
+  CHECK (fd >= 0 && fstat (fd, &st) == 0, "open %s: %m", path);
+  CHECK ((uint64_t) st.st_size == size, "%s: size %jd, want %" PRIu64,
+         path, (intmax_t) st.st_size, size);
+  CHECK (pread (fd, buf, size, 0) == (ssize_t) size, "pread: %m");
+  close (fd);
+}
+
+/* Pages of the file in the page cache, by mincore on a mapping. */
+static size_t
+resident_pages (const char *path)
+{
+  int fd = open (path, O_RDONLY);
+  struct stat st;
+  unsigned char *vec;
+  size_t pages, i, n = 0;
+  void *map;
+
+  CHECK (fd >= 0 && fstat (fd, &st) == 0, "open %s: %m", path);
+  pages = (st.st_size + 4095) / 4096;
+  map = mmap (NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+  vec = malloc (pages);
+  CHECK (map != MAP_FAILED && vec, "mmap: %m");
+  CHECK (mincore (map, st.st_size, vec) == 0, "mincore: %m");
+  for (i = 0; i < pages; i++)
+    n += vec[i] & 1;
+  munmap (map, st.st_size);
+  free (vec);
+  close (fd);
+  return n;
+}
+
+static struct pdio_image *
+open_image (const char *file, enum pdio_backend backend, uint32_t align,
+            bool readonly)
+{
+  const struct pdio_config cfg = {
+    .file = file, .backend = backend, .align = align, .readonly = readonly,
+    .log = quiet_log,
+  };
+  struct pdio_image *img;
+  int r = pdio_open (&cfg, &img);
+
+  CHECK (r == 0, "open %s: %s: %s", file, strerror (-r), last_msg);
+  return img;
+}
+
+static void
+expect_open_error (const char *file, uint32_t align, int err,
+                   const char *msg)
+{
+  const struct pdio_config cfg = { .file = file, .align = align,
+                                   .log = quiet_log };
+  struct pdio_image *img;
+  int r;
+
+  last_msg[0] = '\0';
+  r = pdio_open (&cfg, &img);
+  CHECK (r == -err && img == NULL, "open %s align %u: got %d, want %d",
+         file, align, r, -err);
+  CHECK (strstr (last_msg, msg), "open %s: message \"%s\" lacks \"%s\"",
+         file ? file : "(null)", last_msg, msg);
+}
+
+static void
+test_open_errors (void)
+{
+  char path[4200], missing[4200];
+
+  snprintf (path, sizeof path, "%s/errors.img", dir);
+  snprintf (missing, sizeof missing, "%s/no-such.img", dir);
+  make_file (path, 1 << 20, false);
+  expect_open_error (NULL, 0, EINVAL, "file=IMAGE parameter is required");
+  expect_open_error (missing, 0, ENOENT, "No such file or directory");
+  expect_open_error (dir, 0, EISDIR, "is a directory");
+  expect_open_error ("/dev/null", 0, EINVAL, "not a regular file or block");
+  expect_open_error (path, 1000, EINVAL, "align=1000: must be a power of two");
+  expect_open_error (path, 256, EINVAL, "align=256");
+  expect_open_error (path, 2 << 20, EINVAL, "align=2097152");
+
+  /* A second writer is refused by the image lock; a reader too. */
+  {
+    struct pdio_image *a = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+    expect_open_error (path, 0, EBUSY, "is in use");
+    pdio_close (a);
+  }
+  unlink (path);
+}
+
+struct shadow_run {
+  struct pdio_image *img;
+  unsigned char *shadow;
+  uint64_t size;
+  unsigned char *area;          /* for buffers at any page offset */
+  size_t area_len;
+};
+
+static unsigned char *
+some_buffer (struct shadow_run *s, uint64_t file_off, size_t len)
+{
+  /* A third of the buffers line up with the file offset, as a page cache
+   * page would (the direct path); the rest are anywhere.
+   */
+  size_t off = unit_rand (&seed) % 3 == 0 ? file_off % 4096
+                                          : unit_rand (&seed) % 4096;
+
+  CHECK (off + len <= s->area_len, "buffer too large");
+  return s->area + off;
+}
+
+static void
+pick_range (struct shadow_run *s, uint64_t *off, size_t *len)
+{
+  size_t max;
+
+  switch (unit_rand (&seed) % 5) {
+  case 0: max = 16; break;
+  case 1: max = 5000; break;
+  case 2: max = 70000; break;
+  case 3: max = 3 << 20; break;                 /* > the bounce cap */
+  default: max = 512 * (1 + unit_rand (&seed) % 16); break;
+  }
+  *len = 1 + unit_rand (&seed) % max;
+  if (*len > s->size)
+    *len = s->size;
+  /* Often near the end, where the unaligned tail is. */
+  if (unit_rand (&seed) % 4 == 0)
+    *off = s->size - *len - (unit_rand (&seed) % 3 ? 0 : unit_rand (&seed) % (s->size - *len + 1));
+  else
+    *off = unit_rand (&seed) % (s->size - *len + 1);
+}
+
+static void
+check_read (struct shadow_run *s, uint64_t off, size_t len)
+{
+  unsigned char *buf = some_buffer (s, off, len);
+  int r = pdio_read (s->img, buf, len, off);
+  size_t i;
+
+  CHECK (r == 0, "read %zu at %" PRIu64 ": %s", len, off, strerror (-r));
+  for (i = 0; i < len; i++)
+    CHECK (buf[i] == s->shadow[off + i], "read %zu at %" PRIu64 ": byte %"
+           PRIu64 " is %#x, want %#x", len, off, off + i, buf[i],
+           s->shadow[off + i]);
+}
+
+static void
+random_op (struct shadow_run *s)
+{
+  uint64_t off;
+  size_t len, i;
+  unsigned char *buf;
+  unsigned flags;
+  int r;
+
+  pick_range (s, &off, &len);
+  switch (unit_rand (&seed) % 10) {
+  case 0: case 1: case 2: case 3:
+    buf = some_buffer (s, off, len);
+    for (i = 0; i < len; i++)
+      buf[i] = unit_rand (&seed);
+    flags = unit_rand (&seed) % 4 == 0 ? PDIO_FUA : 0;
+    r = pdio_write (s->img, buf, len, off, flags);
+    CHECK (r == 0, "write %zu at %" PRIu64 ": %s", len, off, strerror (-r));
+    memcpy (s->shadow + off, buf, len);
+    break;
+  case 4:
+    flags = unit_rand (&seed) % 8;
+    r = pdio_zero (s->img, len, off, flags);
+    if (r == -ENOTSUP && (flags & PDIO_FAST_ZERO))
+      break;                    /* honest "that would be slow": unchanged */
+    CHECK (r == 0, "zero %zu at %" PRIu64 " flags %u: %s", len, off, flags,
+           strerror (-r));
+    memset (s->shadow + off, 0, len);
+    break;
+  case 5:
+    r = pdio_trim (s->img, len, off, 0);
+    CHECK (r == 0, "trim %zu at %" PRIu64 ": %s", len, off, strerror (-r));
+    /* Trimmed bytes read back as before or as zero; learn which. */
+    buf = some_buffer (s, off, len);
+    r = pdio_read (s->img, buf, len, off);
+    CHECK (r == 0, "read after trim: %s", strerror (-r));
+    for (i = 0; i < len; i++)
+      CHECK (buf[i] == s->shadow[off + i] || buf[i] == 0, "trim changed "
+             "byte %" PRIu64 " to %#x", off + i, buf[i]);
+    memcpy (s->shadow + off, buf, len);
+    break;
+  case 6:
+    CHECK (pdio_flush (s->img) == 0, "flush");
+    break;
+  default:
+    check_read (s, off, len);
+  }
+}
+
+static void
+test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
+             unsigned ops)
+{
+  char path[4200];
+  struct shadow_run s = { .size = size };
+  struct pdio_stats st;
+  struct pdio_info info;
+  char stats[512];
+  unsigned char *disk;
+  uint64_t pos;
+  unsigned i;
+
+  snprintf (path, sizeof path, "%s/shadow.img", dir);
+  make_file (path, size, true);
+  s.shadow = malloc (size);
+  disk = malloc (size);
+  s.area_len = (4 << 20) + 8192;
+  s.area = aligned_alloc (4096, s.area_len);
+  CHECK (s.shadow && disk && s.area, "out of memory");
+  read_file (path, s.shadow, size);
+  posix_fadvise (open (path, O_RDONLY), 0, 0, POSIX_FADV_DONTNEED);
+  CHECK (resident_pages (path) == 0, "image cached before the test");
+
+  s.img = open_image (path, backend, align, false);
+  pdio_get_info (s.img, &info);
+  CHECK (info.size == size && !info.readonly, "info");
+  CHECK (align == 0 || info.offset_align == align, "align not applied");
+  CHECK (info.block_min == info.offset_align && info.block_preferred >= 4096
+         && info.block_max == 32 << 20, "block sizes %u/%u/%u",
+         info.block_min, info.block_preferred, info.block_max);
+
+  for (i = 0; i < ops; i++)
+    random_op (&s);
+  for (pos = 0; pos < size; pos += 1 << 20)
+    check_read (&s, pos, size - pos < (1 << 20) ? size - pos : 1 << 20);
+
+  pdio_get_stats (s.img, &st);
+  pdio_format_stats (&st, stats, sizeof stats);
+  printf ("  %s align %u size %" PRIu64 ": %s\n",
+          info.backend == PDIO_BACKEND_URING ? "io_uring" : "psync",
+          info.offset_align, size, stats);
+  CHECK (st.direct > 0 && st.bounced > 0 && st.rmw_blocks > 0,
+         "a path went unused");
+  CHECK (size % info.offset_align == 0 || st.tail_writes > 0,
+         "the unaligned tail was never written");
+
+  /* The point of pdio: nothing of the image in the page cache. */
+  i = resident_pages (path);
+  CHECK (i == 0, "%u pages of the image are in the page cache", i);
+  pdio_close (s.img);
+
+  read_file (path, disk, size);
+  for (pos = 0; pos < size; pos++)
+    CHECK (disk[pos] == s.shadow[pos], "file byte %" PRIu64 " is %#x, want "
+           "%#x", pos, disk[pos], s.shadow[pos]);
+  unlink (path);
+  free (s.shadow);
+  free (disk);
+  free (s.area);
+}
+
+/* Threads own interleaved byte runs inside the same blocks. */
+#define CW_THREADS 6
+#define CW_RUN 100
+#define CW_SIZE (256 << 10)
+
+struct cw_arg {
+  struct pdio_image *img;
+  unsigned id;
+};
+
+static void *
+concurrent_writer (void *p)
+{
+  struct cw_arg *a = p;
+  unsigned char buf[CW_RUN + 16];
+  uint64_t off;
+  int pass;
+
+  for (pass = 0; pass < 3; pass++)
+    for (off = (uint64_t) a->id * CW_RUN; off + CW_RUN <= CW_SIZE;
+         off += CW_THREADS * CW_RUN) {
+      unsigned char *b = buf + (off % 13);
+      memset (b, 'A' + a->id + pass, CW_RUN);
+      CHECK (pdio_write (a->img, b, CW_RUN, off, 0) == 0, "concurrent write");
+    }
+  return NULL;
+}
+
+static void
+test_concurrent (enum pdio_backend backend, uint32_t align)
+{
+  char path[4200];
+  struct cw_arg args[CW_THREADS];
+  pthread_t t[CW_THREADS];
+  struct pdio_image *img;
+  unsigned char *disk = malloc (CW_SIZE);
+  uint64_t off;
+  unsigned i;
+
+  snprintf (path, sizeof path, "%s/concurrent.img", dir);
+  make_file (path, CW_SIZE, false);
+  img = open_image (path, backend, align, false);
+  for (i = 0; i < CW_THREADS; i++) {
+    args[i] = (struct cw_arg) { img, i };
+    CHECK (pthread_create (&t[i], NULL, concurrent_writer, &args[i]) == 0,
+           "pthread_create");
+  }
+  for (i = 0; i < CW_THREADS; i++)
+    pthread_join (t[i], NULL);
+  pdio_close (img);
+  read_file (path, disk, CW_SIZE);
+  for (off = 0; off < CW_SIZE; off++) {
+    uint64_t run = off / CW_RUN;
+    unsigned char want = (run + 1) * CW_RUN <= CW_SIZE
+      ? 'A' + run % CW_THREADS + 2 : 0;
+    CHECK (disk[off] == want, "byte %" PRIu64 " is %#x, want %#x: a write "
+           "was lost", off, disk[off], want);
+  }
+  unlink (path);
+  free (disk);
+}
+
+static void
+test_readonly (void)
+{
+  char path[4200];
+  struct pdio_image *img;
+  struct pdio_info info;
+  char buf[512] = "x";
+
+  snprintf (path, sizeof path, "%s/ro.img", dir);
+  make_file (path, 1 << 20, true);
+  img = open_image (path, PDIO_BACKEND_DEFAULT, 0, true);
+  pdio_get_info (img, &info);
+  CHECK (info.readonly, "readonly not reported");
+  CHECK (pdio_write (img, buf, 512, 0, 0) == -EPERM, "write allowed");
+  CHECK (pdio_zero (img, 4096, 0, 0) == -EPERM, "zero allowed");
+  CHECK (pdio_trim (img, 4096, 0, 0) == -EPERM, "trim allowed");
+  CHECK (pdio_read (img, buf, 512, 0) == 0, "read refused");
+  /* Read-only images take a shared lock: a second reader is fine. */
+  {
+    struct pdio_image *b = open_image (path, PDIO_BACKEND_DEFAULT, 0, true);
+    pdio_close (b);
+  }
+  pdio_close (img);
+  unlink (path);
+}
+
+struct extent_list {
+  uint64_t off[64], len[64];
+  bool hole[64];
+  unsigned n;
+};
+
+static int
+collect (void *opaque, uint64_t off, uint64_t len, bool hole)
+{
+  struct extent_list *l = opaque;
+
+  CHECK (l->n < 64, "too many extents");
+  if (l->n && l->hole[l->n - 1] == hole) {      /* merge */
+    l->len[l->n - 1] += len;
+    return 0;
+  }
+  l->off[l->n] = off;
+  l->len[l->n] = len;
+  l->hole[l->n++] = hole;
+  return 0;
+}
+
+static void
+test_extents (void)
+{
+  char path[4200];
+  const uint64_t size = (2 << 20) + 1000;       /* odd tail */
+  struct extent_list l = { .n = 0 };
+  struct pdio_image *img;
+  unsigned char *buf = aligned_alloc (4096, 65536);
+
+  snprintf (path, sizeof path, "%s/extents.img", dir);
+  make_file (path, size, false);
+  img = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+  memset (buf, 7, 65536);
+  CHECK (pdio_write (img, buf, 65536, 0, 0) == 0, "write");
+  CHECK (pdio_write (img, buf, 4096, 1 << 20, 0) == 0, "write");
+  CHECK (pdio_write (img, buf, 1000, 2 << 20, 0) == 0, "write tail");
+  CHECK (pdio_extents (img, size, 0, false, collect, &l) == 0, "extents");
+  CHECK (l.n == 5, "%u extents", l.n);
+  CHECK (!l.hole[0] && l.off[0] == 0 && l.len[0] == 65536, "extent 0");
+  CHECK (l.hole[1] && l.off[1] == 65536, "extent 1");
+  CHECK (!l.hole[2] && l.off[2] == 1 << 20 && l.len[2] == 4096, "extent 2");
+  CHECK (l.hole[3], "extent 3");
+  CHECK (!l.hole[4] && l.off[4] == 2 << 20 && l.len[4] == 1000,
+         "the tail extent ends at the image end: %" PRIu64 "+%" PRIu64,
+         l.off[4], l.len[4]);
+
+  /* Zero with may-trim over the first data run punches a hole. */
+  CHECK (pdio_zero (img, 65536, 0, PDIO_MAY_TRIM) == 0, "zero");
+  l.n = 0;
+  CHECK (pdio_extents (img, 1 << 20, 0, true, collect, &l) == 0, "extents");
+  CHECK (l.n == 1 && l.hole[0], "zeroed range not a hole");
+
+  pdio_close (img);
+  unlink (path);
+  free (buf);
+}
+
+int
+main (void)
+{
+  const char *base = getenv ("TESTS_BUILDDIR");
+  const enum pdio_backend backends[] = { PDIO_BACKEND_URING,
+                                         PDIO_BACKEND_PSYNC };
+  const char *s = getenv ("PDIO_TEST_SEED");
+  unsigned b;
+
+  seed = s ? strtoull (s, NULL, 0) : (uint64_t) time (NULL) * 2654435761u;
+  printf ("seed %" PRIu64 " (PDIO_TEST_SEED to repeat)\n", seed);
+  seed |= 1;
+  snprintf (dir, sizeof dir, "%s/tmp-engine-XXXXXX", base ? base : ".");
+  CHECK (mkdtemp (dir), "mkdtemp %s: %m", dir);
+
+  test_open_errors ();
+  test_readonly ();
+  test_extents ();
+  for (b = 0; b < 2; b++) {
+    test_shadow (backends[b], 0, (8 << 20) + 1234, 1500);
+    test_shadow (backends[b], 4096, (8 << 20) + 512 * 3, 1000);
+    test_shadow (backends[b], 0, 8 << 20, 600);
+    test_concurrent (backends[b], 0);
+    test_concurrent (backends[b], 4096);
+  }
+  rmdir (dir);
+  printf ("ok\n");
+  return 0;
+}
