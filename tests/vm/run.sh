@@ -1,0 +1,469 @@
+#!/bin/sh
+# tests/vm/run.sh — the kernel nbd client against pdio.so, for real (issue 3).
+#
+# This machine's kernel has no nbd driver, so boot Debian's own kernel under
+# TCG with an initramfs made from this machine's binaries, give the guest a
+# virtio-blk scratch disk, and run nbdkit (pdio.so) and nbd-client inside it
+# over a unix socket.  The guest (tests/vm/guest-init.sh) reports one TAP
+# line per step on its second serial port; this script checks that report
+# and prints TAP on stdout, plus one last result of its own: the guest ran to
+# completion and powered off, with no panic/oops, inside the hard timeout.
+#
+# Usage: tests/vm/run.sh [options]
+#   --keep              keep the work directory (console log, results, guest
+#                       logs, scratch disk) and print where it is
+#   --scenario LIST     comma-separated subset of: ext4,xfs,fio,align4096,
+#                       reference (default: all of them, in that order)
+#   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
+#                       build tree's plugin/.libs/pdio.so)
+#   --timeout SEC       hard limit for the whole guest run (default 1200)
+#   --workdir DIR       use DIR (created) instead of a fresh temporary one
+#   --verbose           stream the guest console to stderr while it runs
+#   --shell             no tests: boot to a busybox shell on this terminal
+#
+# Environment: PDIO_VM_CACHE (default /var/cache/pdio-vm) holds the unpacked
+# kernel and the cached part of the initramfs, outside the git tree so every
+# clone on this machine reuses it.  PDIO_VM_FIO_SIZE (per fio job, default
+# 24m) and PDIO_VM_FILES (files per filesystem round trip, default 300) size
+# the workloads.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+
+keep=0 verbose=0 shell=0 workdir=""
+scenarios="ext4,xfs,fio,align4096,reference"
+plugin=${PDIO_PLUGIN:-}
+timeout=${PDIO_VM_TIMEOUT:-1200}
+cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
+fio_size=${PDIO_VM_FIO_SIZE:-24m}
+files=${PDIO_VM_FILES:-300}
+
+usage() { sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --keep) keep=1 ;;
+    --verbose) verbose=1 ;;
+    --shell) shell=1 keep=1 ;;
+    --scenario) scenarios=${2:?}; shift ;;
+    --scenario=*) scenarios=${1#*=} ;;
+    --plugin) plugin=${2:?}; shift ;;
+    --plugin=*) plugin=${1#*=} ;;
+    --timeout) timeout=${2:?}; shift ;;
+    --timeout=*) timeout=${1#*=} ;;
+    --workdir) workdir=${2:?}; shift ;;
+    --workdir=*) workdir=${1#*=} ;;
+    -h|--help) usage ;;
+    *) echo "run.sh: unknown argument: $1" >&2; usage ;;
+    esac
+    shift
+done
+
+for s in $(echo "$scenarios" | tr ',' ' '); do
+    case $s in
+    ext4|xfs|fio|align4096|reference) ;;
+    *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
+    esac
+done
+
+# Anything that stops the harness before the guest has reported is a test
+# failure in TAP form, never a skip: the scenario is not optional.
+bail() {
+    echo "1..1"
+    echo "not ok 1 - kernel nbd-client VM harness: $*"
+    echo "# $*" >&2
+    exit 1
+}
+note() { echo "# $*"; }
+
+if [ -z "$plugin" ]; then
+    plugin=${PDIO_BUILDDIR:-$top}/plugin/.libs/pdio.so
+fi
+[ -f "$plugin" ] || bail "plugin not found: $plugin (build first, or pass --plugin)"
+plugin=$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")
+
+for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
+        nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
+        fincore fstrim timeout; do
+    command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
+done
+busybox_bin=$(command -v busybox)
+# The guest has no dynamic busybox libraries: it must be busybox-static.
+if ldd "$busybox_bin" >/dev/null 2>&1; then
+    bail "$busybox_bin is dynamically linked; install busybox-static"
+fi
+
+now() { date +%s; }
+t_start=$(now)
+
+mkdir -p "$cache" || bail "cannot create cache directory $cache"
+
+# --- the kernel ---------------------------------------------------------------
+# Resolve linux-image-amd64 to the current ABI package (the archive moves),
+# download it once, unpack it with dpkg -x (never install it) into the cache.
+resolve_kernel_pkg() {
+    apt-cache depends linux-image-amd64 2>/dev/null |
+        sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-amd64\)$/\1/p' | head -n 1
+}
+
+fetch_kernel() {
+    pkg=$(resolve_kernel_pkg)
+    if [ -z "$pkg" ]; then
+        # A fresh machine may have no package lists yet.
+        apt-get update -qq >&2 || true
+        pkg=$(resolve_kernel_pkg)
+    fi
+    if [ -z "$pkg" ]; then
+        # No archive at all: fall back to whatever kernel is cached.
+        pkg=$(ls -1 "$cache/kernels" 2>/dev/null | sort -V | tail -n 1)
+        [ -n "$pkg" ] && [ -f "$cache/kernels/$pkg/.complete" ] ||
+            bail "cannot resolve linux-image-amd64 and no cached kernel in $cache"
+        echo "# apt cannot resolve linux-image-amd64; using cached $pkg" >&2
+    fi
+    kdir=$cache/kernels/$pkg
+    [ -f "$kdir/.complete" ] && return 0
+
+    dl=$cache/download.$$
+    rm -rf "$dl" && mkdir -p "$dl"
+    # apt-get download fails when the package lists are stale (the pool file
+    # was replaced): update once and retry.
+    if ! (cd "$dl" && apt-get download -q "$pkg" >&2); then
+        apt-get update -qq >&2 || true
+        (cd "$dl" && apt-get download -q "$pkg" >&2) ||
+            { rm -rf "$dl"; bail "apt-get download $pkg failed"; }
+    fi
+    deb=$(ls "$dl"/*.deb)
+    dpkg -x "$deb" "$dl/root" || { rm -rf "$dl"; bail "dpkg -x $deb failed"; }
+    rm -rf "$kdir"
+    mkdir -p "$cache/kernels"
+    mv "$dl/root" "$kdir"
+    basename "$deb" > "$kdir/.deb"
+    touch "$kdir/.complete"
+    rm -rf "$dl"
+    # Older ABIs are dead weight once the archive has moved on.
+    for old in "$cache/kernels"/*; do
+        [ "$old" = "$kdir" ] || rm -rf "$old"
+    done
+}
+
+# --- the initramfs ------------------------------------------------------------
+# Two concatenated newc archives (the kernel unpacks them in turn): a cached
+# base with busybox, the host binaries and their libraries, and the kernel
+# modules; and a small per-run overlay with the guest script, the plugin under
+# test and the fio jobs, so a rebuilt plugin is always the one tested.
+# Uncompressed: TCG unpacks that faster than it inflates gzip.
+
+# Programs the guest runs, from this machine (busybox covers the rest).
+HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
+  xfs_io fincore fstrim blockdev"
+# Modules to load; their dependencies are added from modinfo.  crc32c is
+# needed by ext4 and xfs but is a soft dependency nobody declares.
+MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs"
+# Bump when the layout of the base archive changes.
+BASE_FORMAT=1
+
+nbdkit_plugindir=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')
+
+# Print "source destination" for every file the base archive holds.
+base_files() {
+    libs=$(mktemp)
+    for p in $HOST_PROGRAMS; do
+        path=$(command -v "$p") || { echo "missing program $p" >&2; return 1; }
+        echo "$path $path"
+        echo "$path" >> "$libs"
+    done
+    echo "$busybox_bin /usr/bin/busybox"
+    # nbdkit's file plugin is the reference in the "reference" scenario.
+    echo "$nbdkit_plugindir/nbdkit-file-plugin.so $nbdkit_plugindir/nbdkit-file-plugin.so"
+    echo "$nbdkit_plugindir/nbdkit-file-plugin.so" >> "$libs"
+    # The plugin under test goes in the overlay, but its libraries (liburing,
+    # libc ...) belong here; pthread_cancel may dlopen libgcc_s.
+    echo "$plugin" >> "$libs"
+    for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1; do
+        [ -e "$f" ] && echo "$f $f"
+    done
+    for f in /etc/mke2fs.conf; do
+        [ -e "$f" ] && echo "$f $f"
+    done
+    while read -r bin; do
+        ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
+    done < "$libs" | sort -u | while read -r lib; do
+        echo "$lib $lib"
+    done
+    rm -f "$libs"
+}
+
+# Print the .ko paths for $MODULES in load order (dependencies first), from
+# each module's own "depends" field: Debian's package has no modules.dep.
+module_order() {
+    moddir=$1
+    index=$(mktemp) graph=$(mktemp)
+    find "$moddir/kernel" -name '*.ko*' |
+        awk -F/ '{ n = $NF; sub(/\.ko.*$/, "", n); gsub(/-/, "_", n); print n, $0 }' > "$index"
+    todo=$(echo "$MODULES" | tr '-' '_')
+    visited=" "
+    while [ -n "$(echo $todo)" ]; do
+        set -- $todo
+        name=$1; shift; todo="$*"
+        case $visited in *" $name "*) continue ;; esac
+        visited="$visited$name "
+        file=$(awk -v n="$name" '$1 == n { print $2; exit }' "$index")
+        if [ -z "$file" ]; then
+            # Built into the kernel: nothing to load.
+            grep -q "/$name.ko" "$moddir/modules.builtin" 2>/dev/null ||
+                { echo "module $name not found in $moddir" >&2; return 1; }
+            continue
+        fi
+        deps=$(modinfo -F depends "$file" | tr ',-' ' _')
+        echo "$name $file $deps" >> "$graph"
+        todo="$todo $deps"
+    done
+    # Topological order: a module comes out once all its deps have.
+    awk '{ file[$1] = $2; deps[$1] = ""; for (i = 3; i <= NF; i++) deps[$1] = deps[$1] " " $i; names[++n] = $1 }
+        END {
+            do {
+                progress = 0
+                for (i = 1; i <= n; i++) {
+                    m = names[i]
+                    if (m in out) continue
+                    ready = 1
+                    k = split(deps[m], ds, " ")
+                    for (j = 1; j <= k; j++)
+                        if ((ds[j] in file) && !(ds[j] in out)) ready = 0
+                    if (ready) { print file[m]; out[m] = 1; progress = 1 }
+                }
+            } while (progress)
+        }' "$graph"
+    rm -f "$index" "$graph"
+}
+
+build_base() {
+    out=$1 list=$2 mods=$3
+    root=$(mktemp -d "$cache/base-root.XXXXXX")
+    mkdir -p "$root/usr/bin" "$root/usr/sbin" "$root/usr/lib" "$root/usr/lib64" \
+        "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/run" "$root/mnt" \
+        "$root/scratch" "$root/etc" "$root/bb" "$root/modules" "$root/pdio"
+    # Mirror the host's merged-/usr layout so ldd's paths resolve as they are.
+    for d in bin sbin lib lib64; do
+        if [ -L "/$d" ]; then
+            ln -s "$(readlink "/$d")" "$root/$d"
+        else
+            mkdir -p "$root/$d"
+        fi
+    done
+    while read -r src dst; do
+        mkdir -p "$root$(dirname "$dst")"
+        cp -L "$src" "$root$dst"
+    done < "$list"
+    # busybox applets in their own directory, last on the guest's PATH, so
+    # the real programs above win.
+    for a in $("$busybox_bin" --list); do
+        ln -s /usr/bin/busybox "$root/bb/$a"
+    done
+    # /init is a "#!/bin/sh" script.
+    ln -s busybox "$root/usr/bin/sh"
+    n=0
+    : > "$root/modules/order"
+    while read -r ko; do
+        n=$((n + 1))
+        name=$(basename "$ko" | sed 's/\.ko.*$//')
+        case $ko in
+        *.ko) cp "$ko" "$root/modules/$name.ko" ;;
+        *.ko.xz) xz -dc "$ko" > "$root/modules/$name.ko" ;;
+        *.ko.zst) zstd -qdc "$ko" > "$root/modules/$name.ko" ;;
+        *) echo "unsupported module file $ko" >&2; return 1 ;;
+        esac
+        echo "$name" >> "$root/modules/order"
+    done < "$mods"
+    (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) > "$out.tmp.$$"
+    mv "$out.tmp.$$" "$out"
+    rm -rf "$root"
+}
+
+# --- set up the work directory --------------------------------------------------
+if [ -n "$workdir" ]; then
+    mkdir -p "$workdir"
+    work=$(cd "$workdir" && pwd)
+else
+    work=$(mktemp -d "${TMPDIR:-/var/tmp}/pdio-vm.XXXXXX")
+fi
+qemu_pid=""
+tail_pid=""
+cleanup() {
+    [ -n "$tail_pid" ] && kill "$tail_pid" 2>/dev/null || true
+    [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null || true
+    if [ "$keep" = 1 ]; then
+        echo "# artefacts kept in $work" >&2
+    elif [ "${failed:-1}" = 0 ]; then
+        rm -rf "$work"
+    else
+        echo "# failed: artefacts kept in $work (console.log, results.log, guest-logs/)" >&2
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The cache is shared by every clone on the machine: one builder at a time.
+exec 9>"$cache/.lock"
+flock 9
+
+t0=$(now)
+fetch_kernel
+vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -n 1)
+moddir=$(ls -d "$kdir"/lib/modules/* | head -n 1)
+kver=$(basename "$moddir")
+t_kernel=$(($(now) - t0))
+
+t0=$(now)
+base_files > "$work/base.list" || bail "cannot collect the guest's binaries"
+module_order "$moddir" > "$work/modules.list" || bail "cannot order modules"
+[ -s "$work/modules.list" ] || bail "no modules found in $moddir"
+key=$({
+    echo "format=$BASE_FORMAT kernel=$kver harness=$(sha256sum < "$0")"
+    cat "$work/modules.list"
+    while read -r src dst; do
+        echo "$dst $(stat -L -c '%s %Y' "$src")"
+    done < "$work/base.list"
+} | sha256sum | cut -c1-16)
+base=$cache/initramfs/base-$key.cpio
+if [ ! -f "$base" ]; then
+    mkdir -p "$cache/initramfs"
+    build_base "$base" "$work/base.list" "$work/modules.list" || bail "building the base initramfs failed"
+    # Keep the few newest bases (other clones may be on other builds).
+    ls -1t "$cache"/initramfs/base-*.cpio | tail -n +5 | xargs -r rm -f
+    base_note="built"
+else
+    base_note="cached"
+fi
+cp "$base" "$work/initrd.cpio"
+exec 9>&-
+
+# The overlay: guest script, plugin under test, fio jobs, settings.
+ov=$work/overlay
+rm -rf "$ov" && mkdir -p "$ov/pdio/fio"
+cp "$here/guest-init.sh" "$ov/init"
+chmod 755 "$ov/init"
+cp "$plugin" "$ov/pdio/pdio.so"
+cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
+{
+    echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
+    echo "FIO_SIZE='$fio_size'"
+    echo "FILES='$files'"
+    echo "SHELL_ONLY='$shell'"
+    echo "HOST_NBDKIT_VERSION='$(nbdkit --version | awk '{print $2}')'"
+} > "$ov/pdio/settings"
+(cd "$ov" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >> "$work/initrd.cpio"
+t_initramfs=$(($(now) - t0))
+note "kernel $kver ($(cat "$kdir/.deb" 2>/dev/null)), ${t_kernel}s to fetch/resolve"
+note "initramfs $(($(stat -c %s "$work/initrd.cpio") / 1048576)) MiB (base $base_note), ${t_initramfs}s"
+note "plugin under test: $plugin"
+
+# --- boot --------------------------------------------------------------------------
+# A sparse scratch disk; the guest formats it and keeps its images on it, so
+# the guest's O_DIRECT goes to a real (virtio) block device, not tmpfs.
+rm -f "$work/scratch.img"
+truncate -s 8G "$work/scratch.img"
+: > "$work/console.log"
+: > "$work/results.log"
+
+# nowatchdog and the stall/hung-task knobs: TCG on a busy 2-core host is slow
+# enough to trip lockup detectors, which say nothing about nbd; a real oops
+# panics (oops=panic) and ends the run at once.
+append="console=ttyS0 panic=-1 oops=panic nowatchdog rcupdate.rcu_cpu_stall_suppress=1 random.trust_cpu=on"
+set -- qemu-system-x86_64 -nodefaults -no-user-config -machine pc \
+    -accel tcg,thread=multi -cpu "${PDIO_VM_CPU:-qemu64}" -smp 2 -m 2048 \
+    -kernel "$vmlinuz" -initrd "$work/initrd.cpio" -append "$append" \
+    -display none -no-reboot \
+    -drive "file=$work/scratch.img,if=none,id=scratch,format=raw,cache=unsafe" \
+    -device virtio-blk-pci,drive=scratch,serial=pdio-scratch
+
+if [ "$shell" = 1 ]; then
+    echo "# booting to a shell (scratch disk $work/scratch.img); poweroff -f to leave" >&2
+    "$@" -serial stdio -serial "file:$work/results.log" -monitor none
+    failed=0
+    exit 0
+fi
+
+t0=$(now)
+timeout -k 10 "$timeout" "$@" -monitor none \
+    -serial "file:$work/console.log" -serial "file:$work/results.log" &
+qemu_pid=$!
+if [ "$verbose" = 1 ]; then
+    tail -n +1 -F "$work/console.log" >&2 2>/dev/null &
+    tail_pid=$!
+fi
+qemu_rc=0
+wait "$qemu_pid" || qemu_rc=$?
+qemu_pid=""
+[ -n "$tail_pid" ] && { kill "$tail_pid" 2>/dev/null || true; tail_pid=""; }
+t_guest=$(($(now) - t0))
+
+# Pull the guest's own logs (nbdkit stderr, fio output, ...) off the scratch
+# disk; debugfs reads the ext4 image without mounting it.
+rm -rf "$work/guest-logs" && mkdir -p "$work/guest-logs"
+debugfs -R "rdump /logs $work/guest-logs" "$work/scratch.img" >/dev/null 2>&1 || true
+
+# --- judge the report ------------------------------------------------------------------
+tr -d '\r' < "$work/results.log" > "$work/results.txt"
+awk -v qemu_rc="$qemu_rc" -v timeout="$timeout" -v t_guest="$t_guest" \
+    -v console="$work/console.log" '
+function fail(msg) { problems = problems "; " msg }
+/^1\.\.[0-9]+$/ { if (plan == "") plan = substr($0, 4) + 0; else fail("second plan line"); next }
+/^(not )?ok [0-9]+( |$)/ {
+    num = ($1 == "not") ? $3 : $2
+    if (plan == "") fail("result before plan")
+    if (num != last + 1) fail("result " num " out of order after " last)
+    last = num; lines[num] = $0
+    if ($1 == "not") nfail++; else npass++
+    next
+}
+/^#/ { diag[++ndiag] = $0; order[ndiag] = last; next }
+/^[0-9]+ passed, [0-9]+ failed$/ { summary = $0; sp = $1 + 0; sf = $3 + 0; next }
+/^$/ { next }
+{ fail("unexpected line from guest: " $0) }
+END {
+    # Kernel trouble on the console fails the run even if every step passed.
+    while ((getline l < console) > 0) {
+        if (l ~ /Kernel panic|Oops|BUG:|WARNING:|general protection fault|Call Trace:/ && !bad_console)
+            bad_console = l
+        if (l ~ /^pdio-guest: done/) done = 1
+    }
+    if (plan == "") {
+        print "1..1"
+        for (i = 1; i <= ndiag; i++) print diag[i]
+        print "not ok 1 - guest reported nothing (qemu exit " qemu_rc (qemu_rc == 124 ? ": timeout after " timeout "s" : "") ")"
+        exit 1
+    }
+    print "1.." plan + 1
+    j = 1
+    for (i = 0; i <= last; i++) {
+        if (i > 0) print lines[i]
+        while (j <= ndiag && order[j] == i) print diag[j++]
+    }
+    for (i = last + 1; i <= plan; i++) {
+        print "not ok " i " - no result from the guest for step " i
+        nfail++
+    }
+    if (last > plan) fail("guest reported " last " results for a plan of " plan)
+    if (qemu_rc == 124) fail("hard timeout after " timeout "s")
+    else if (qemu_rc != 0) fail("qemu exited with status " qemu_rc)
+    if (summary == "") fail("no final \"N passed, M failed\" line")
+    else if (sp != npass || sf != nfail) fail("summary \"" summary "\" does not match the results")
+    if (!done) fail("guest did not reach its clean poweroff")
+    if (bad_console != "") fail("kernel trouble on the console: " bad_console)
+    if (problems == "")
+        print "ok " plan + 1 " - guest ran to completion in " t_guest "s: " summary ", clean poweroff, no kernel errors"
+    else
+        print "not ok " plan + 1 " - guest run" substr(problems, 2)
+    exit (nfail > 0 || problems != "") ? 1 : 0
+}' "$work/results.txt" > "$work/tap.txt" && failed=0 || failed=1
+
+cat "$work/tap.txt"
+note "wall time: kernel ${t_kernel}s, initramfs ${t_initramfs}s, guest ${t_guest}s, total $(($(now) - t_start))s"
+if [ "$failed" = 1 ]; then
+    # Enough context in the test log to diagnose without the artefacts.
+    note "--- last 60 lines of the guest console ($work/console.log)"
+    tail -n 60 "$work/console.log" | tr -d '\r' | sed 's/^/#   /'
+fi
+exit "$failed"
