@@ -1,0 +1,171 @@
+/* nbdreq: send a few NBD requests from a shell test and check each result.
+ *
+ *   nbdreq SOCKET REQUEST...
+ *
+ * Each REQUEST is NAME:ARG:... with an optional expectation suffix:
+ *   write:OFF:LEN:BYTE[:fua]   write LEN bytes of value BYTE
+ *   read:OFF:LEN:BYTE          read, and check every byte is BYTE
+ *   zero:OFF:LEN[:notrim][:fast][:fua]
+ *                              zero; may deallocate unless notrim
+ *   trim:OFF:LEN[:fua]
+ *   flush
+ * REQUEST!ERRNAME   the request must fail with that errno (EPERM, ...)
+ * REQUEST?ERRNAME   it may succeed or fail with that errno; prints which
+ *                   (a fast zero may be refused with ENOTSUP)
+ * Without a suffix the request must succeed.  Numbers may be decimal or
+ * 0x hex.  Each request prints one line: the request and "ok" or the
+ * error.  Exits 0 if every request met its expectation, 1 otherwise.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define MAX_FIELDS 8
+
+static const struct {
+  const char *name;
+  int err;
+} errnames[] = {
+  { "EPERM", EPERM }, { "EIO", EIO }, { "ENOMEM", ENOMEM },
+  { "EINVAL", EINVAL }, { "ENOSPC", ENOSPC }, { "EOVERFLOW", EOVERFLOW },
+  { "ENOTSUP", ENOTSUP }, { "ESHUTDOWN", ESHUTDOWN },
+};
+
+static int
+parse_errname (const char *s)
+{
+  for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
+    if (strcmp (s, errnames[i].name) == 0)
+      return errnames[i].err;
+  hard_error ("unknown errno name '%s'", s);
+}
+
+static const char *
+errname (int err)
+{
+  for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
+    if (errnames[i].err == err)
+      return errnames[i].name;
+  return strerror (err);
+}
+
+static bool
+has_word (char **f, int n, int from, const char *word)
+{
+  for (int i = from; i < n; i++)
+    if (strcmp (f[i], word) == 0)
+      return true;
+  return false;
+}
+
+/* Runs one request; returns 0 or the errno it failed with. */
+static int
+run (struct nbd_handle *h, char **f, int n, uint64_t *bad_byte_at)
+{
+  const char *name = f[0];
+  uint64_t off = n > 1 ? parse_u64 (f[1], "offset") : 0;
+  uint64_t len = n > 2 ? parse_u64 (f[2], "length") : 0;
+  uint32_t flags = has_word (f, n, 3, "fua") ? LIBNBD_CMD_FLAG_FUA : 0;
+  int r = 0;
+
+  if (strcmp (name, "write") == 0 && n >= 4) {
+    uint8_t *buf = xmalloc (len);
+    memset (buf, parse_u64 (f[3], "byte"), len);
+    r = nbd_pwrite (h, buf, len, off, flags);
+    free (buf);
+  }
+  else if (strcmp (name, "read") == 0 && n == 4) {
+    uint8_t *buf = xmalloc (len);
+    uint8_t want = parse_u64 (f[3], "byte");
+    r = nbd_pread (h, buf, len, off, 0);
+    for (uint64_t i = 0; r == 0 && i < len; i++)
+      if (buf[i] != want) {
+        *bad_byte_at = off + i;
+        printf ("  byte %lu is 0x%02x, expected 0x%02x\n",
+                (unsigned long) (off + i), buf[i], want);
+        break;
+      }
+    free (buf);
+  }
+  else if (strcmp (name, "zero") == 0 && n >= 3) {
+    if (has_word (f, n, 3, "notrim"))
+      flags |= LIBNBD_CMD_FLAG_NO_HOLE;
+    if (has_word (f, n, 3, "fast"))
+      flags |= LIBNBD_CMD_FLAG_FAST_ZERO;
+    r = nbd_zero (h, len, off, flags);
+  }
+  else if (strcmp (name, "trim") == 0 && n >= 3)
+    r = nbd_trim (h, len, off, flags);
+  else if (strcmp (name, "flush") == 0 && n == 1)
+    r = nbd_flush (h, 0);
+  else
+    hard_error ("bad request '%s' (see the comment at the top of nbdreq.c)",
+                name);
+
+  if (r == -1) {
+    int err = nbd_get_errno ();
+    if (err == 0)               /* not a server error: libnbd refused */
+      hard_error ("%s: %s", name, nbd_get_error ());
+    return err;
+  }
+  return 0;
+}
+
+int
+main (int argc, char *argv[])
+{
+  struct nbd_handle *h;
+  int status = 0;
+
+  progname = "nbdreq";
+  if (argc < 3)
+    hard_error ("usage: nbdreq SOCKET REQUEST...");
+  h = connect_socket (argv[1]);
+  /* Send even what the export does not advertise (writes to a read-only
+   * export): it is the server's refusal that is being tested.
+   */
+  if (nbd_set_strict_mode (h, nbd_get_strict_mode (h)
+                           & ~LIBNBD_STRICT_COMMANDS) == -1)
+    nbd_fail ("nbd_set_strict_mode");
+
+  for (int i = 2; i < argc; i++) {
+    char *req = strdup (argv[i]), *f[MAX_FIELDS], *suffix, *save;
+    int n = 0, want = 0, err;
+    bool optional = false;
+    uint64_t bad_byte_at = UINT64_MAX;
+
+    if (!req)
+      hard_error ("out of memory");
+    if ((suffix = strpbrk (req, "!?")) != NULL) {
+      optional = *suffix == '?';
+      *suffix++ = '\0';
+      want = parse_errname (suffix);
+    }
+    for (char *p = strtok_r (req, ":", &save); p && n < MAX_FIELDS;
+         p = strtok_r (NULL, ":", &save))
+      f[n++] = p;
+    if (n == 0)
+      hard_error ("empty request");
+
+    err = run (h, f, n, &bad_byte_at);
+    printf ("%s -> %s\n", argv[i], err ? errname (err) : "ok");
+    if (bad_byte_at != UINT64_MAX) {
+      printf ("FAIL: %s: wrong data\n", argv[i]);
+      status = 1;
+    }
+    else if (err != want && !(optional && err == 0)) {
+      printf ("FAIL: %s: expected %s, got %s\n", argv[i],
+              want ? errname (want) : "success", err ? errname (err) : "success");
+      status = 1;
+    }
+    free (req);
+  }
+  fflush (stdout);
+  disconnect (h);
+  return status;
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# align=4096 on ordinary storage: the export advertises a 4096-byte
+# minimum block size, and the shadow-model test passes with every request
+# mapped onto 4 KiB blocks (so a 512-byte aligned write is read-modify-
+# write too).
+set -eu
+. "$TESTS_SRCDIR/lib/common.sh"
+require_cmd nbdinfo
+make_tmpdir
+pick_seed
+
+# Its own image: serving the same one again right after is restart.sh's
+# business, not this test's.
+make_image "$tmp/info.img" $((1024 * 1024 + 1234)) "$seed"
+start_server "$tmp/info.log" "$PLUGIN" file="$tmp/info.img" align=4096
+nbdinfo --json "$uri" > "$tmp/info.json"
+stop_server
+min=$(info_field "$tmp/info.json" block_size_minimum)
+echo "align=4096: block_size_minimum=$min"
+[ "$min" = 4096 ] || fail "align=4096 advertises a minimum block size of '$min', not 4096"
+
+img=$tmp/odd.img
+make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
+shadow_args="-n 2000 -c 4 -q 8"
+shadow_run shadow-align4k "$img" align=4096
+v=$(stat_value "$tmp/shadow-align4k.log" rmw_blocks)
+[ "$v" -gt 0 ] || fail "rmw_blocks=$v with align=4096 after an unaligned workload"
