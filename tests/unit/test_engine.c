@@ -43,18 +43,26 @@ capture (const char *fmt, va_list args)
 
 static const struct pdio_log quiet_log = { capture, capture, NULL };
 
+/* A block device to test on instead of files (argv[1]), or NULL. */
+static const char *blockdev;
+
+/* Fills the first size bytes of path (random or zero), creating a file of
+ * that size unless path is the block device.
+ */
 static void
 make_file (const char *path, uint64_t size, bool random_data)
 {
-  int fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  int fd = blockdev ? open (path, O_RDWR)
+                    : open (path, O_RDWR | O_CREAT | O_TRUNC, 0644);
   unsigned char buf[65536];
   uint64_t pos;
 
   CHECK (fd >= 0, "create %s: %m", path);
-  CHECK (ftruncate (fd, size) == 0, "ftruncate: %m");
-  for (pos = 0; random_data && pos < size; pos += sizeof buf) {
+  CHECK (blockdev || ftruncate (fd, size) == 0, "ftruncate: %m");
+  memset (buf, 0, sizeof buf);
+  for (pos = 0; (random_data || blockdev) && pos < size; pos += sizeof buf) {
     size_t n = size - pos < sizeof buf ? size - pos : sizeof buf, i;
-    for (i = 0; i < n; i++)
+    for (i = 0; random_data && i < n; i++)
       buf[i] = unit_rand (&seed);
     CHECK (pwrite (fd, buf, n, pos) == (ssize_t) n, "pwrite: %m");
   }
@@ -71,8 +79,8 @@ read_file (const char *path, unsigned char *buf, uint64_t size)
   struct stat st;
 
   CHECK (fd >= 0 && fstat (fd, &st) == 0, "open %s: %m", path);
-  CHECK ((uint64_t) st.st_size == size, "%s: size %jd, want %" PRIu64,
-         path, (intmax_t) st.st_size, size);
+  CHECK (blockdev || (uint64_t) st.st_size == size, "%s: size %jd, want %"
+         PRIu64, path, (intmax_t) st.st_size, size);
   CHECK (pread (fd, buf, size, 0) == (ssize_t) size, "pread: %m");
   close (fd);
 }
@@ -88,6 +96,8 @@ resident_pages (const char *path)
   void *map;
 
   CHECK (fd >= 0 && fstat (fd, &st) == 0, "open %s: %m", path);
+  if (S_ISBLK (st.st_mode))
+    st.st_size = lseek (fd, 0, SEEK_END);
   pages = (st.st_size + 4095) / 4096;
   map = mmap (NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
   vec = malloc (pages);
@@ -277,7 +287,9 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
   uint64_t pos;
   unsigned i;
 
-  snprintf (path, sizeof path, "%s/shadow.img", dir);
+  snprintf (path, sizeof path, "%s", blockdev ? blockdev : "");
+  if (!blockdev)
+    snprintf (path, sizeof path, "%s/shadow.img", dir);
   make_file (path, size, true);
   s.shadow = malloc (size);
   disk = malloc (size);
@@ -290,7 +302,8 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
 
   s.img = open_image (path, backend, align, false);
   pdio_get_info (s.img, &info);
-  CHECK (info.size == size && !info.readonly, "info");
+  CHECK ((blockdev || info.size == size) && !info.readonly &&
+         info.blockdev == (blockdev != NULL), "info");
   CHECK (align == 0 || info.offset_align == align, "align not applied");
   CHECK (info.block_min == info.offset_align && info.block_preferred >= 4096
          && info.block_max == 32 << 20, "block sizes %u/%u/%u",
@@ -317,10 +330,13 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
   pdio_close (s.img);
 
   read_file (path, disk, size);
+  if (blockdev)
+    posix_fadvise (open (path, O_RDONLY), 0, 0, POSIX_FADV_DONTNEED);
   for (pos = 0; pos < size; pos++)
     CHECK (disk[pos] == s.shadow[pos], "file byte %" PRIu64 " is %#x, want "
            "%#x", pos, disk[pos], s.shadow[pos]);
-  unlink (path);
+  if (!blockdev)
+    unlink (path);
   free (s.shadow);
   free (disk);
   free (s.area);
@@ -365,7 +381,9 @@ test_concurrent (enum pdio_backend backend, uint32_t align)
   uint64_t off;
   unsigned i;
 
-  snprintf (path, sizeof path, "%s/concurrent.img", dir);
+  snprintf (path, sizeof path, "%s", blockdev ? blockdev : "");
+  if (!blockdev)
+    snprintf (path, sizeof path, "%s/concurrent.img", dir);
   make_file (path, CW_SIZE, false);
   img = open_image (path, backend, align, false);
   for (i = 0; i < CW_THREADS; i++) {
@@ -377,6 +395,8 @@ test_concurrent (enum pdio_backend backend, uint32_t align)
     pthread_join (t[i], NULL);
   pdio_close (img);
   read_file (path, disk, CW_SIZE);
+  if (blockdev)
+    posix_fadvise (open (path, O_RDONLY), 0, 0, POSIX_FADV_DONTNEED);
   for (off = 0; off < CW_SIZE; off++) {
     uint64_t run = off / CW_RUN;
     unsigned char want = (run + 1) * CW_RUN <= CW_SIZE
@@ -384,7 +404,8 @@ test_concurrent (enum pdio_backend backend, uint32_t align)
     CHECK (disk[off] == want, "byte %" PRIu64 " is %#x, want %#x: a write "
            "was lost", off, disk[off], want);
   }
-  unlink (path);
+  if (!blockdev)
+    unlink (path);
   free (disk);
 }
 
@@ -474,7 +495,7 @@ test_extents (void)
 }
 
 int
-main (void)
+main (int argc, char *argv[])
 {
   const char *base = getenv ("TESTS_BUILDDIR");
   const enum pdio_backend backends[] = { PDIO_BACKEND_URING,
@@ -487,6 +508,26 @@ main (void)
   seed |= 1;
   snprintf (dir, sizeof dir, "%s/tmp-engine-XXXXXX", base ? base : ".");
   CHECK (mkdtemp (dir), "mkdtemp %s: %m", dir);
+
+  if (argc > 1) {
+    /* The same workloads on a block device: its whole size, its own
+     * sector size, and align=4096 on top where that raises it.
+     */
+    int fd = open (argv[1], O_RDONLY);
+    off_t size = fd >= 0 ? lseek (fd, 0, SEEK_END) : -1;
+
+    CHECK (size > 0, "%s: %m", argv[1]);
+    close (fd);
+    blockdev = argv[1];
+    for (b = 0; b < 2; b++) {
+      test_shadow (backends[b], 0, size, 1000);
+      test_shadow (backends[b], 4096, size, 500);
+      test_concurrent (backends[b], 0);
+    }
+    rmdir (dir);
+    printf ("ok\n");
+    return 0;
+  }
 
   test_open_errors ();
   test_readonly ();
