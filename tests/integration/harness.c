@@ -185,6 +185,9 @@ connect_socket (const char *sock)
   strict = nbd_get_strict_mode (h);
   if (nbd_set_strict_mode (h, strict & ~LIBNBD_STRICT_ALIGN) == -1)
     nbd_fail ("nbd_set_strict_mode");
+  /* For block status (nbdreq map); costs nothing otherwise. */
+  if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1)
+    nbd_fail ("nbd_add_meta_context");
   if (nbd_connect_unix (h, sock) == -1)
     nbd_fail ("nbd_connect_unix");
   return h;

@@ -57,7 +57,7 @@ extern uint64_t seed_from_clock (void);
 /* Opens a handle on the unix socket.  Unaligned requests are the point of
  * these tests, so libnbd's client-side alignment check (STRICT_ALIGN) is
  * turned off: the server must accept them whatever block sizes it
- * advertises.
+ * advertises.  base:allocation is requested, for block status.
  */
 extern struct nbd_handle *connect_socket (const char *sock);
 

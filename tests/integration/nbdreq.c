@@ -9,6 +9,10 @@
  *                              zero; may deallocate unless notrim
  *   trim:OFF:LEN[:fua]
  *   flush
+ *   map:OFF:LEN                block status (base:allocation) of the range,
+ *                              printed as "extent OFFSET LENGTH TYPE" lines,
+ *                              adjacent extents of one type merged (TYPE 0
+ *                              data, 3 hole+zero, as nbdinfo --map shows)
  * REQUEST!ERRNAME   the request must fail with that errno (EPERM, ...)
  * REQUEST?ERRNAME   it may succeed or fail with that errno; prints which
  *                   (a fast zero may be refused with ENOTSUP)
@@ -63,6 +67,70 @@ has_word (char **f, int n, int from, const char *word)
   return false;
 }
 
+/* Extents of a map request, merged as they arrive. */
+struct map {
+  uint64_t off, len;            /* the pending extent */
+  uint32_t type;
+  uint64_t next;                /* where the server's answer stopped */
+};
+
+static void
+map_flush (struct map *m)
+{
+  if (m->len)
+    printf ("extent %lu %lu %u\n", (unsigned long) m->off,
+            (unsigned long) m->len, m->type);
+  m->len = 0;
+}
+
+static int
+on_extents (void *opaque, const char *context, uint64_t offset,
+            uint32_t *entries, size_t nr, int *error)
+{
+  struct map *m = opaque;
+
+  (void) error;
+  if (strcmp (context, LIBNBD_CONTEXT_BASE_ALLOCATION) != 0)
+    return 0;
+  if (offset != m->next)
+    fail ("block status answer starts at %lu, not %lu",
+          (unsigned long) offset, (unsigned long) m->next);
+  for (size_t i = 0; i + 1 < nr; i += 2) {
+    if (m->len && m->type == entries[i + 1])
+      m->len += entries[i];
+    else {
+      map_flush (m);
+      m->off = offset;
+      m->len = entries[i];
+      m->type = entries[i + 1];
+    }
+    offset += entries[i];
+  }
+  m->next = offset;
+  return 0;
+}
+
+/* Block status until [off, off+len) is covered (a server may answer for
+ * less than was asked).  The last extent may run past the range: the
+ * caller sees exactly what the server said.
+ */
+static int
+map (struct nbd_handle *h, uint64_t off, uint64_t len)
+{
+  struct map m = { .next = off };
+  nbd_extent_callback cb = { .callback = on_extents, .user_data = &m };
+
+  while (m.next < off + len) {
+    uint64_t at = m.next;
+    if (nbd_block_status (h, off + len - at, at, cb, 0) == -1)
+      return -1;
+    if (m.next == at)
+      fail ("block status at %lu made no progress", (unsigned long) at);
+  }
+  map_flush (&m);
+  return 0;
+}
+
 /* Runs one request; returns 0 or the errno it failed with. */
 static int
 run (struct nbd_handle *h, char **f, int n, uint64_t *bad_byte_at)
@@ -103,6 +171,8 @@ run (struct nbd_handle *h, char **f, int n, uint64_t *bad_byte_at)
     r = nbd_trim (h, len, off, flags);
   else if (strcmp (name, "flush") == 0 && n == 1)
     r = nbd_flush (h, 0);
+  else if (strcmp (name, "map") == 0 && n == 3)
+    r = map (h, off, len);
   else
     hard_error ("bad request '%s' (see the comment at the top of nbdreq.c)",
                 name);
