@@ -261,7 +261,7 @@ fio_pass() {
     errs=$(grep -v 'fio: multiple writers may overwrite blocks' "$out" |
         grep -ci 'err= *[1-9]\|bad magic\|verify failed\|fio: ' || true)
     rw=$(grep -E '^ +(READ|WRITE):' "$out" | sed 's/^ *//; s/ (.*io=/ io=/; s/, run=.*//' | tr '\n' ' ')
-    detail "$engine, $FIO_JOBS jobs x $FIO_SIZE, iodepth 16: $rw"
+    detail "verify.fio, $engine, $FIO_JOBS jobs x $FIO_SIZE, iodepth 16: $rw"
     [ "$rc" = 0 ] && [ "$errs" = 0 ]
 }
 
