@@ -10,7 +10,7 @@ set -eu
 make_tmpdir
 pick_seed
 
-interleave_args="-c 4 -q 16 -n 3000"
+interleave_args="-c 4 -q 16 -n 6000"
 for a in 512 4096; do
     img=$tmp/small-$a.img
     make_image "$img" $((192 * 1024 + 1234)) "$seed"

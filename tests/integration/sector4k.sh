@@ -42,12 +42,12 @@ log_has "$tmp/align512.log" "align=512"
 
 img=$dir/odd.img
 make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 2000 -c 4 -q 8"
+shadow_args="-n 6000 -c 4 -q 8"
 shadow_run shadow-4k "$img"
 v=$(stat_value "$tmp/shadow-4k.log" rmw_blocks)
 [ "$v" -gt 0 ] || fail "rmw_blocks=$v on the 4K file system after an unaligned workload"
 
 small=$dir/small.img
 make_image "$small" $((192 * 1024 + 1234)) "$seed"
-interleave_args="-c 4 -q 16 -n 2000"
+interleave_args="-c 4 -q 16 -n 5000"
 interleave_run interleave-4k "$small"

@@ -21,7 +21,7 @@ echo "align=4096: block_size_minimum=$min"
 
 img=$tmp/odd.img
 make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 2000 -c 4 -q 8"
+shadow_args="-n 6000 -c 4 -q 8"
 shadow_run shadow-align4k "$img" align=4096
 v=$(stat_value "$tmp/shadow-align4k.log" rmw_blocks)
 [ "$v" -gt 0 ] || fail "rmw_blocks=$v with align=4096 after an unaligned workload"

@@ -8,7 +8,7 @@ pick_seed
 
 img=$tmp/odd.img
 make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 2000 -c 4 -q 8"
+shadow_args="-n 6000 -c 4 -q 8"
 shadow_run shadow-psync "$img" backend=psync
 
 grep -q 'backend psync' "$tmp/shadow-psync.log" || fail "backend=psync did not select psync"

@@ -15,7 +15,7 @@ pick_seed
 
 img=$tmp/odd.img
 make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 3000 -c 4 -q 8"
+shadow_args="-n 12000 -c 4 -q 8"
 shadow_run shadow "$img"
 
 log=$tmp/shadow.log
@@ -24,4 +24,7 @@ for key in direct bounced rmw_blocks tail_writes; do
     v=$(stat_value "$log" $key)
     [ "$v" -gt 0 ] || fail "$key=$v after an unaligned workload: that path was never taken"
 done
+# One stats line per connection closed (4) and one at exit.
+n=$(grep -c 'stats:' "$log")
+[ "$n" -ge 5 ] || fail "$n 'stats:' lines in the log, expected one per connection (4) and one at exit"
 echo "direct=$(stat_value "$log" direct) bounced=$(stat_value "$log" bounced) rmw_blocks=$(stat_value "$log" rmw_blocks)"

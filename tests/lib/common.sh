@@ -16,6 +16,8 @@
 #
 # Exit codes follow automake: 0 pass, 1 fail, 99 hard error (the test could
 # not run).  Nothing here ever skips: a skipped test is a failed suite.
+# Sourcing it sets -eu and traps EXIT, INT and TERM: register clean-up
+# with at_exit rather than with trap, or it will be lost.
 #
 # Helpers (all print what they do on stdout, which goes to the test's log):
 #   fail MSG / hard_error MSG    report and exit 1 / 99
