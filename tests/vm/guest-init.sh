@@ -155,6 +155,8 @@ attach() {
 }
 
 detach() {
+    # nbd-client -d succeeds on an idle device too: insist on a connection.
+    [ -f /sys/block/nbd0/pid ] || { echo "/dev/nbd0 is not connected"; return 1; }
     nbd-client -d "$DEV"
     i=0
     while [ "$(cat /sys/block/nbd0/size)" != 0 ]; do
@@ -267,8 +269,9 @@ fio_pass() {
 
 fincore_pages() {
     img=$(cat "$STATE/img")
-    # Only meaningful for an image a server has been serving.
-    [ -f "$STATE/nbdkit.pid" ] && [ -f "$img" ]
+    # Only meaningful for an image a server has been serving.  (No "a && b"
+    # mid-function: set -e ignores a failure on its left.)
+    [ -f "$STATE/nbdkit.pid" ] || { echo "no server has served $img"; return 1; }
     fincore -rno PAGES "$img"
 }
 

@@ -128,9 +128,9 @@ fetch_kernel() {
     rm -rf "$dl" && mkdir -p "$dl"
     # apt-get download fails when the package lists are stale (the pool file
     # was replaced): update once and retry.
-    if ! (cd "$dl" && apt-get download -q "$pkg" >&2); then
+    if ! (cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >&2); then
         apt-get update -qq >&2 || true
-        (cd "$dl" && apt-get download -q "$pkg" >&2) ||
+        (cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >&2) ||
             { rm -rf "$dl"; bail "apt-get download $pkg failed"; }
     fi
     deb=$(ls "$dl"/*.deb)
