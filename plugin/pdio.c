@@ -29,6 +29,11 @@ static enum pdio_backend backend = PDIO_BACKEND_DEFAULT;
 static uint32_t align;
 static struct pdio_image *image;
 
+/* -D pdio.canary=1 (testing): fill bounce pages with a canary whenever they
+ * are free, so any leak of stale bounce memory to a client shows.
+ */
+NBDKIT_DLL_PUBLIC int pdio_debug_canary = 0;
+
 static void
 log_warning (const char *fmt, va_list args)
 {
@@ -135,6 +140,7 @@ pdio_get_ready (void)
     .readonly = readonly,
     .backend = backend,
     .align = align,
+    .bounce_canary = pdio_debug_canary != 0,
     .log = plugin_log,
   };
 

@@ -123,6 +123,7 @@ engine_ctx (struct pdio_image *img)
   t->io.counters = &img->stats.io;
   t->io.backend = &backend_psync;
   t->io.pages_cap = PAGES_CAP;
+  t->io.bounce_canary = img->bounce_canary;
   /* Reserved, not touched: only the slots a request uses become memory. */
   t->io.pages = mmap (NULL, PAGES_CAP * sizeof (void *),
                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
@@ -209,16 +210,18 @@ read_partial_blocks (struct pdio_image *img, struct io_ctx *ctx,
   return 0;
 }
 
+static int transfer_chunk (struct pdio_image *img, struct io_ctx *ctx,
+                           const struct plan_request *req, uint32_t align,
+                           char *user, const struct plan_chunk *c,
+                           int rw_flags, char *bounce);
+static void tell_changed (struct pdio_image *img, const char *what);
+
 static int
 run_chunk (struct pdio_image *img, struct io_ctx *ctx,
            const struct plan_request *req, uint32_t align, char *user,
            const struct plan_chunk *c, int rw_flags)
 {
-  struct dio_args d[3];
-  struct io_op op;
   char *bounce;
-  uint64_t file_off = c->file_off;
-  unsigned i, used = 0;
   int r;
 
   if (c->bounce_len) {
@@ -227,6 +230,32 @@ run_chunk (struct pdio_image *img, struct io_ctx *ctx,
       return r;
   }
   bounce = ctx->bounce.mem;
+  r = transfer_chunk (img, ctx, req, align, user, c, rw_flags, bounce);
+  if (c->bounce_len && ctx->bounce_canary)
+    memset (bounce, PDIO_CANARY, ctx->bounce.size);
+  return r;
+}
+
+/* The image file shrank or was deleted while served: say so once. */
+static void
+tell_changed (struct pdio_image *img, const char *what)
+{
+  if (!atomic_exchange (&img->told_changed, true))
+    engine_error (img, "%s: %s while being served: refusing I/O that "
+                  "would lose data or grow it back", img->file, what);
+}
+
+static int
+transfer_chunk (struct pdio_image *img, struct io_ctx *ctx,
+                const struct plan_request *req, uint32_t align, char *user,
+                const struct plan_chunk *c, int rw_flags, char *bounce)
+{
+  struct dio_args d[3];
+  struct io_op op;
+  uint64_t file_off = c->file_off;
+  unsigned i, used = 0;
+  int r;
+
   if (c->direct)
     COUNT (img, direct, 1);
   else
@@ -257,6 +286,17 @@ run_chunk (struct pdio_image *img, struct io_ctx *ctx,
     return r;
 
   if (!req->write) {
+    /* End of file may come inside the last block of an image whose size is
+     * not aligned; before the image's size, the file has shrunk.
+     */
+    uint64_t want = req->offset + c->next;
+
+    if (want > img->geo.size)
+      want = img->geo.size;
+    if (c->file_off + op.done < want) {
+      tell_changed (img, "the image shrank");
+      return -EIO;
+    }
     if (op.done < c->file_len)
       zero_fill_after (c, op.done, user, bounce);
     for (i = 0; i < c->ncopy; i++)
@@ -384,6 +424,31 @@ engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,
   return 0;
 }
 
+/* A file can shrink or be deleted under us.  A direct write past its end
+ * would grow it back, and writes to a deleted file are lost at close: both
+ * are refused, with one clear message.  (A change between this check and
+ * the write is not caught; this is a guard against mistakes, not a lock.)
+ */
+int
+engine_check_file (struct pdio_image *img, uint64_t end)
+{
+  struct stat st;
+
+  if (img->geo.blockdev)
+    return 0;
+  if (fstat (img->fd, &st) == -1)
+    return -errno;
+  if (st.st_nlink == 0) {
+    tell_changed (img, "the image was deleted");
+    return -EIO;
+  }
+  if ((uint64_t) st.st_size < end) {
+    tell_changed (img, "the image shrank");
+    return -ENOSPC;
+  }
+  return 0;
+}
+
 int
 pdio_write (struct pdio_image *img, const void *buf, size_t count,
             uint64_t offset, unsigned flags)
@@ -404,6 +469,9 @@ pdio_write (struct pdio_image *img, const void *buf, size_t count,
   if (ctx == NULL)
     return -errno;
   COUNT (img, writes, 1);
+  r = engine_check_file (img, offset + count);
+  if (r < 0)
+    return r;
   engine_lock_write (img, &lock, offset, count);
   r = engine_write_locked (img, ctx, buf, count, offset, flags);
   range_lock_release (&img->lock, &lock);
@@ -441,10 +509,14 @@ engine_write_zeroes (struct pdio_image *img, struct io_ctx *ctx,
 int
 pdio_flush (struct pdio_image *img)
 {
+  int r;
+
   COUNT (img, flushes, 1);
   if (fdatasync (img->fd) == -1)
     return -errno;
-  return 0;
+  /* Durable in a file nobody can reach is not durable. */
+  r = engine_check_file (img, 0);
+  return r == -ENOSPC ? 0 : r;
 }
 
 /* ---- open and close ------------------------------------------------------ */
@@ -647,6 +719,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
     return -errno;
   img->fd = img->tail_fd = -1;
   img->bounce_cap = BOUNCE_CAP;
+  img->bounce_canary = cfg->bounce_canary;
   img->log = cfg->log;
   range_lock_init (&img->lock);
   pthread_mutex_init (&img->ctx_lock, NULL);

@@ -35,8 +35,13 @@ struct pdio_config {
   bool readonly;                /* open read-only even if writable */
   enum pdio_backend backend;
   uint32_t align;               /* raise the direct-I/O alignment; 0 = as found */
+  bool bounce_canary;           /* testing: fill bounce pages with
+                                   PDIO_CANARY whenever they are free, so a
+                                   leak of stale bounce memory shows */
   struct pdio_log log;
 };
+
+#define PDIO_CANARY 0xa5
 
 struct pdio_image;
 

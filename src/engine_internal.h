@@ -34,6 +34,8 @@ struct pdio_image {
   enum pdio_backend backend;    /* URING or PSYNC */
   uint64_t direct_end;          /* writes at or past this use tail_fd */
   size_t bounce_cap;            /* bounce bytes per chunk (BOUNCE_CAP) */
+  bool bounce_canary;           /* see pdio_config */
+  atomic_bool told_changed;     /* logged that the file shrank or went */
   struct range_lock lock;
   pthread_key_t ctx_key;
   pthread_mutex_t ctx_lock;     /* protects ctxs */
@@ -74,6 +76,11 @@ extern int engine_rw_direct (struct pdio_image *img, struct io_ctx *ctx,
 extern int engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,
                                 const void *buf, size_t count,
                                 uint64_t offset, unsigned flags);
+
+/* Refuses I/O to a file that was deleted, or that is now shorter than end
+ * (0: only the deletion check).  0 or -errno.
+ */
+extern int engine_check_file (struct pdio_image *img, uint64_t end);
 
 /* Writes zeroes over [offset, offset+count) under the caller's lock. */
 extern int engine_write_zeroes (struct pdio_image *img, struct io_ctx *ctx,

@@ -4,6 +4,9 @@
 #include <assert.h>
 #include <errno.h>
 
+#include <string.h>
+
+#include "engine.h"
 #include "io.h"
 
 /* What one kernel result means for its op: 1 finished, 0 submit the rest
@@ -114,6 +117,8 @@ io_bounce_reserve (struct io_ctx *ctx, size_t len)
 {
   int r = bounce_reserve (&ctx->bounce, len);
 
+  if (r > 0 && ctx->bounce_canary)
+    memset (ctx->bounce.mem, PDIO_CANARY, ctx->bounce.size);
   if (r > 0 && ctx->backend->bounce_changed)
     ctx->backend->bounce_changed (ctx);
   return r < 0 ? r : 0;

@@ -71,6 +71,7 @@ struct io_ctx {
   uint32_t read_align;          /* a short read ending off this is EOF */
   struct io_counters *counters;
   struct bounce bounce;
+  bool bounce_canary;           /* fill free bounce memory with PDIO_CANARY */
   void **pages;                 /* page slots for this thread's dio_args */
   unsigned pages_cap;
   struct io_ctx *next;          /* on the image's list of contexts */

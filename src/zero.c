@@ -147,6 +147,9 @@ pdio_zero (struct pdio_image *img, size_t count, uint64_t offset,
   ctx = engine_ctx (img);
   if (ctx == NULL)
     return -errno;
+  r = engine_check_file (img, offset + count);
+  if (r < 0)
+    return r;
   engine_lock_write (img, &lock, offset, count);
   r = zero_locked (img, ctx, offset, count, flags);
   if (r == 0 && (flags & PDIO_FUA) && fdatasync (img->fd) == -1)

@@ -470,6 +470,45 @@ test_readonly (void)
   unlink (path);
 }
 
+/* The file shrinks, then is deleted, while open: reads past the new end
+ * and writes that would grow it back fail; so does everything once it is
+ * gone.
+ */
+static void
+test_changed_under_us (void)
+{
+  char path[4200];
+  struct pdio_image *img;
+  unsigned char *buf = aligned_alloc (4096, 65536);
+  int r;
+
+  snprintf (path, sizeof path, "%s/shrinks.img", dir);
+  make_file (path, 4 << 20, true);
+  img = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+  CHECK (truncate (path, 1 << 20) == 0, "truncate: %m");
+  last_msg[0] = '\0';
+  r = pdio_read (img, buf + 1, 5000, (2 << 20) + 7);
+  CHECK (r == -EIO, "read past the new end: %d", r);
+  CHECK (strstr (last_msg, "shrank"), "no message: \"%s\"", last_msg);
+  r = pdio_write (img, buf + 1, 5000, (2 << 20) + 7, 0);
+  CHECK (r == -ENOSPC, "write past the new end: %d", r);
+  r = pdio_zero (img, 5000, (2 << 20) + 7, 0);
+  CHECK (r == -ENOSPC, "zero past the new end: %d", r);
+  r = pdio_write (img, buf + 1, 5000, 4096 + 7, 0);
+  CHECK (r == 0, "write inside the new end: %d", r);
+  CHECK (pdio_read (img, buf, 4096, 0) == 0, "read inside the new end");
+  {
+    struct stat st;
+    CHECK (stat (path, &st) == 0 && st.st_size == 1 << 20,
+           "the file grew back to %jd", (intmax_t) st.st_size);
+  }
+  CHECK (unlink (path) == 0, "unlink: %m");
+  CHECK (pdio_write (img, buf, 4096, 0, 0) == -EIO, "write to a deleted file");
+  CHECK (pdio_flush (img) == -EIO, "flush of a deleted file");
+  pdio_close (img);
+  free (buf);
+}
+
 struct extent_list {
   uint64_t off[64], len[64];
   bool hole[64];
@@ -565,6 +604,7 @@ main (int argc, char *argv[])
   }
 
   test_open_errors ();
+  test_changed_under_us ();
   test_readonly ();
   test_extents ();
   /* Under valgrind: psync only (valgrind cannot see the kernel write

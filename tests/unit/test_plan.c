@@ -227,6 +227,8 @@ sim_run (struct sim *sim, bool write, uint64_t offset, size_t count,
   if (sim->ctx.bounce.mem)
     memset (sim->ctx.bounce.mem, CANARY, sim->ctx.bounce.size);
   sim->disk.size = eof;
+  sim->img.geo.size = eof;      /* an image that ends there, not one that
+                                   shrank (which must be an error) */
 
   if (write) {
     memcpy (buf, sim->pool + unit_rand (&sim->seed) % DISK_SIZE, count);
