@@ -1,0 +1,1152 @@
+#!/usr/bin/env python3
+"""pdio benchmark: the same fio matrix against pdio and its peers.
+
+Run through bench/run.sh (see bench/README for what it measures and how).
+Standard library only: Debian 12's python3 is enough.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(BENCH)
+RESULTS = os.path.join(BENCH, "results")
+PLUGIN = os.path.join(TOP, "plugin", ".libs", "pdio.so")
+PERF_MD = os.path.join(TOP, "docs", "performance.md")
+PERF_PNG = os.path.join(TOP, "docs", "performance-ratios.png")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# --------------------------------------------------------------------------
+# The matrix
+
+
+class Job:
+    def __init__(self, name, label, metric, fio):
+        self.name, self.label, self.metric, self.fio = name, label, metric, fio
+
+
+JOBS = [
+    Job("rr4k-qd1", "4k randread QD1", "iops",
+        ["--rw=randread", "--bs=4k", "--iodepth=1"]),
+    Job("rr4k-qd32", "4k randread QD32", "iops",
+        ["--rw=randread", "--bs=4k", "--iodepth=32"]),
+    Job("rw4k-qd32", "4k randwrite QD32", "iops",
+        ["--rw=randwrite", "--bs=4k", "--iodepth=32"]),
+    Job("rrw64k-qd16", "64k randrw 70/30 QD16", "mbps",
+        ["--rw=randrw", "--rwmixread=70", "--bs=64k", "--iodepth=16"]),
+    Job("sr1m-qd8", "1M seqread QD8", "mbps",
+        ["--rw=read", "--bs=1M", "--iodepth=8"]),
+    Job("sw1m-qd8", "1M seqwrite QD8", "mbps",
+        ["--rw=write", "--bs=1M", "--iodepth=8"]),
+    # fio's nbd engine opens one connection per job process.
+    Job("rr4k-4x8", "4k randread 4 conn x QD8", "iops",
+        ["--rw=randread", "--bs=4k", "--iodepth=8", "--numjobs=4"]),
+    # offset=512 with bs=4k (blockalign defaults to bs): every write starts
+    # at 512 mod 4096 (checked with nbdkit's log filter, see bench/README).
+    Job("rw4k-mis-qd32", "4k randwrite QD32, 512-misaligned", "iops",
+        ["--rw=randwrite", "--bs=4k", "--iodepth=32", "--offset=512"]),
+]
+JOB_BY_NAME = {j.name: j for j in JOBS}
+
+
+class Server:
+    """kind: raw (fio on the image), nbdkit, qemu, nbd-server."""
+
+    def __init__(self, name, label, kind, args=(), jobs=None, export=""):
+        self.name, self.label, self.kind = name, label, kind
+        self.args = list(args)
+        self.jobs = jobs              # None: every job
+        self.export = export
+
+
+def servers(img, size):
+    return [
+        Server("raw", "fio io_uring direct=1 on the image (no NBD)", "raw"),
+        Server("null", "nbdkit null (no I/O)", "nbdkit",
+               ["null", "size=%d" % size]),
+        Server("pdio", "pdio backend=io_uring", "nbdkit",
+               [PLUGIN, "file=" + img, "backend=io_uring"]),
+        Server("pdio-psync", "pdio backend=psync", "nbdkit",
+               [PLUGIN, "file=" + img, "backend=psync"]),
+        # pdio advertises minimum=align, and libnbd (fio's nbd engine)
+        # refuses requests below the advertised minimum, so the
+        # blocksize-policy filter advertises 512 instead: the misaligned
+        # writes reach pdio, which does the read-modify-write.  Both jobs on
+        # this server go through the filter.
+        Server("pdio-a4k", "pdio io_uring align=4096 (+blocksize-policy min=512)",
+               "nbdkit",
+               ["--filter=blocksize-policy", PLUGIN, "file=" + img,
+                "backend=io_uring", "align=4096", "blocksize-minimum=512",
+                "blocksize-preferred=4096"],
+               jobs=["rw4k-qd32", "rw4k-mis-qd32"]),
+        Server("qemu-native", "qemu-nbd cache=none aio=native", "qemu",
+               ["--aio=native"]),
+        Server("qemu-uring", "qemu-nbd cache=none aio=io_uring", "qemu",
+               ["--aio=io_uring"]),
+        Server("file", "nbdkit file (page cache)", "nbdkit",
+               ["file", "file=" + img]),
+        Server("file-nocache", "nbdkit file cache=none", "nbdkit",
+               ["file", "file=" + img, "cache=none"]),
+        Server("nbd-server", "nbd-server (page cache)", "nbd-server",
+               export="bench"),
+    ]
+
+
+QEMU_ROWS = ("qemu-native", "qemu-uring")
+PDIO_ROWS = ("pdio", "pdio-psync", "pdio-a4k")
+
+# --------------------------------------------------------------------------
+# Small helpers
+
+
+def log(msg):
+    print("bench: " + msg, flush=True)
+
+
+def die(msg):
+    print("bench: error: " + msg, file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def run_out(cmd, **kw):
+    try:
+        return subprocess.run(cmd, check=True, capture_output=True, text=True,
+                              **kw).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def parse_size(s):
+    m = re.fullmatch(r"(\d+)([KMGT]?)(i?B)?", s.strip(), re.I)
+    if not m:
+        die("bad size %r" % s)
+    return int(m[1]) * 1024 ** ("KMGT".find(m[2].upper()) + 1) \
+        if m[2] else int(m[1])
+
+
+def read_file(path):
+    with open(path) as f:
+        return f.read()
+
+
+def pid_alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        stat = read_file("/proc/%d/stat" % pid)
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def children(pid):
+    out = []
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            out += [int(c) for c in
+                    read_file("/proc/%d/task/%s/children" % (pid, tid)).split()]
+    except OSError:
+        pass
+    return out
+
+
+def descendants(pid):
+    out, todo = [], children(pid)
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo += children(c)
+    return out
+
+
+def proc_cpu_ticks(pid, with_children=True):
+    """utime+stime (+ reaped children's) of a process, in clock ticks."""
+    try:
+        f = read_file("/proc/%d/stat" % pid)
+    except OSError:
+        return None
+    v = f[f.rindex(")") + 2:].split()
+    t = int(v[11]) + int(v[12])
+    if with_children:
+        t += int(v[13]) + int(v[14])
+    return t
+
+
+def proc_status_kib(pid, key):
+    try:
+        for line in read_file("/proc/%d/status" % pid).splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def fincore(path):
+    """(pages, bytes) of path in the page cache."""
+    out = run_out(["fincore", "--bytes", "--noheadings", "--raw",
+                   "--output", "PAGES,RES", path])
+    try:
+        pages, res = out.split()[:2]
+        return int(pages), int(res)
+    except ValueError:
+        return None, None
+
+
+def loadavg():
+    return float(read_file("/proc/loadavg").split()[0])
+
+
+# --------------------------------------------------------------------------
+# The test image
+
+
+def fs_type(path):
+    return run_out(["stat", "-f", "-c", "%T", path])
+
+
+def ensure_image(d, size):
+    os.makedirs(d, exist_ok=True)
+    t = fs_type(d)
+    if t in ("tmpfs", "ramfs") or t == "":
+        die("%s is on %r: the image must live on a real filesystem "
+            "(set BENCH_DIR)" % (d, t))
+    img = os.path.join(d, "disk.img")
+    stamp = img + ".filled"
+    if os.path.exists(stamp) and os.path.exists(img) and \
+            read_file(stamp).strip() == str(size) and \
+            os.path.getsize(img) == size:
+        log("reusing %s (%d bytes, filled)" % (img, size))
+        return img
+    log("creating %s: %d bytes, preallocated, filled with random data "
+        "(once; reused by later runs)" % (img, size))
+    for p in (img, stamp):
+        if os.path.exists(p):
+            os.unlink(p)
+    subprocess.run(["fallocate", "-l", str(size), img], check=True)
+    # Write every block for real (O_DIRECT, so nothing stays cached):
+    # reads then hit allocated, written blocks rather than unwritten extents.
+    subprocess.run(["fio", "--name=fill", "--filename=" + img,
+                    "--rw=write", "--bs=1M", "--direct=1",
+                    "--ioengine=io_uring", "--iodepth=8",
+                    "--size=%d" % size, "--output-format=terse"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with open(stamp, "w") as f:
+        f.write("%d\n" % size)
+    return img
+
+
+def evict(img, allow_drop_caches=True):
+    """Write back and drop the image's pages; returns pages left."""
+    for attempt in range(10):
+        fd = os.open(img, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        pages, _ = fincore(img)
+        if pages == 0:
+            return 0
+        time.sleep(0.2)
+    if allow_drop_caches:
+        log("warning: %s pages of the image survive fadvise(DONTNEED); "
+            "dropping the page cache" % pages)
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("1\n")
+        except OSError as e:
+            log("warning: drop_caches: %s" % e)
+    pages, _ = fincore(img)
+    return pages
+
+
+# --------------------------------------------------------------------------
+# Servers: start, wait until they answer, stop by PID
+
+
+class Running:
+    def __init__(self, server, pid, popen, uri, tree):
+        self.server, self.pid, self.popen = server, pid, popen
+        self.uri, self.tree = uri, tree
+
+
+def start_server(srv, img, workdir, logdir):
+    sock = os.path.join(workdir, srv.name + ".sock")
+    if os.path.exists(sock):
+        os.unlink(sock)
+    logf = open(os.path.join(logdir, srv.name + ".log"), "a")
+    uri = "nbd+unix:///%s?socket=%s" % (srv.export, sock)
+    popen, pid, tree = None, None, False
+    if srv.kind == "nbdkit":
+        cmd = ["nbdkit", "-f", "--exit-with-parent", "-U", sock] + srv.args
+    elif srv.kind == "qemu":
+        # -t: keep serving after the first client; -e: parallel clients.
+        cmd = ["qemu-nbd", "-f", "raw", "--cache=none", "-t", "-e", "16",
+               "-k", sock] + srv.args + [img]
+    elif srv.kind == "nbd-server":
+        conf = os.path.join(workdir, "nbd-server.conf")
+        pidfile = os.path.join(workdir, "nbd-server.pid")
+        with open(conf, "w") as f:
+            f.write("[generic]\nunixsock = %s\nallowlist = false\n"
+                    "[%s]\nexportname = %s\n" % (sock, srv.export, img))
+        if os.path.exists(pidfile):
+            os.unlink(pidfile)
+        cmd = ["nbd-server", "-C", conf, "-p", pidfile]
+        tree = True     # one child process per connection
+    else:
+        raise ValueError(srv.kind)
+    logf.write("# %s\n" % " ".join(cmd))
+    logf.flush()
+    popen = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True)
+    logf.close()
+    if srv.kind == "nbd-server":
+        # It daemonizes: the PID that serves is in the pid file.
+        popen.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                pid = int(read_file(pidfile).strip())
+                break
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        if pid is None:
+            die("nbd-server wrote no pid file (see %s)" % logdir)
+        popen = None
+    else:
+        pid = popen.pid
+    r = Running(srv, pid, popen, uri, tree)
+    deadline = time.monotonic() + 30
+    while True:
+        if not pid_alive(pid):
+            stop_server(r)
+            die("%s exited while starting (see %s/%s.log)"
+                % (srv.name, logdir, srv.name))
+        if subprocess.run(["nbdinfo", "--size", uri], capture_output=True,
+                          timeout=10).returncode == 0:
+            return r
+        if time.monotonic() > deadline:
+            stop_server(r)
+            die("%s does not answer on %s" % (srv.name, sock))
+        time.sleep(0.1)
+
+
+def stop_server(r, timeout=20):
+    """SIGTERM by PID, then wait until it and its children are gone."""
+    pids = [r.pid] + descendants(r.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if r.popen is not None:
+                try:
+                    r.popen.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    pass
+            if not any(pid_alive(p) for p in pids):
+                return
+            time.sleep(0.05)
+        log("warning: %s (pid %d) ignored %s" % (r.server.name, r.pid,
+                                                   signal.Signals(sig).name))
+    if any(pid_alive(p) for p in pids):
+        die("%s (pid %d) will not exit" % (r.server.name, r.pid))
+
+
+# --------------------------------------------------------------------------
+# Watching the server during a job
+
+
+class Monitor(threading.Thread):
+    """Samples the server's CPU time (ticks) and RSS every `interval`."""
+
+    def __init__(self, pid, tree, interval=0.05):
+        super().__init__(daemon=True)
+        self.pid, self.tree, self.interval = pid, tree, interval
+        self.samples = []           # (monotonic, cpu ticks)
+        self.rss_peak_kib = 0
+        self.stop_ev = threading.Event()
+
+    def sample(self):
+        t = time.monotonic()
+        cpu = proc_cpu_ticks(self.pid)
+        if cpu is None:
+            return
+        rss = proc_status_kib(self.pid, "VmHWM")
+        if self.tree:
+            total = proc_status_kib(self.pid, "VmRSS")
+            for c in descendants(self.pid):
+                ct = proc_cpu_ticks(c, with_children=True)
+                if ct is not None:
+                    cpu += ct
+                total += proc_status_kib(c, "VmRSS")
+            rss = max(rss, total)
+        self.samples.append((t, cpu))
+        self.rss_peak_kib = max(self.rss_peak_kib, rss)
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            self.sample()
+            self.stop_ev.wait(self.interval)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join()
+        self.sample()
+
+    def cpu_at(self, t):
+        s = self.samples
+        if not s:
+            return None
+        if t <= s[0][0]:
+            return s[0][1]
+        for (t0, c0), (t1, c1) in zip(s, s[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 \
+                    else c1
+        return s[-1][1]
+
+    def cpu_seconds(self, t0, t1):
+        a, b = self.cpu_at(t0), self.cpu_at(t1)
+        if a is None or b is None:
+            return None
+        return (b - a) / CLK_TCK
+
+
+# --------------------------------------------------------------------------
+# fio
+
+
+def fio_cmd(job, srv, run, img, size, out, uri):
+    cmd = ["fio", "--name=" + job.name, "--output-format=json",
+           "--output=" + out, "--time_based",
+           "--runtime=%g" % run.runtime, "--ramp_time=%g" % run.ramp,
+           "--lat_percentiles=1", "--norandommap", "--group_reporting",
+           "--size=%d" % size] + job.fio
+    if srv.kind == "raw":
+        cmd += ["--ioengine=io_uring", "--direct=1", "--filename=" + img]
+    else:
+        cmd += ["--ioengine=nbd", "--uri=" + uri]
+    return cmd
+
+
+def parse_fio(path):
+    text = read_file(path)
+    d = json.loads(text[text.index("{"):])
+    j = d["jobs"][0]
+    ios = iops = bw = 0.0
+    lat_sum = 0.0
+    p99 = 0.0
+    for ddir in ("read", "write"):
+        x = j[ddir]
+        if x["total_ios"] == 0:
+            continue
+        ios += x["total_ios"]
+        iops += x["iops"]
+        bw += x["bw_bytes"]
+        lat_sum += x["lat_ns"]["mean"] * x["total_ios"]
+        pct = x["lat_ns"].get("percentile", {})
+        p99 = max(p99, pct.get("99.000000", 0))
+    return {
+        "fio_error": j["error"],
+        "ios": int(ios),
+        "iops": iops,
+        "mbps": bw / 1e6,
+        "lat_mean_us": lat_sum / ios / 1000 if ios else None,
+        "lat_p99_us": p99 / 1000 if ios else None,
+        "runtime_ms": j["job_runtime"],
+    }
+
+
+def run_job(job, srv, running, run, img, size, fiodir):
+    out = os.path.join(fiodir, "%s.%s.json" % (srv.name, job.name))
+    cmd = fio_cmd(job, srv, run, img, size, out,
+                  running.uri if running else None)
+    load = loadavg()
+    mon = None
+    if running is not None:
+        mon = Monitor(running.pid, running.tree)
+        mon.sample()
+        mon.start()
+    t0 = time.monotonic()
+    with open(out + ".log", "w") as lf:
+        lf.write("# %s\n" % " ".join(cmd))
+        lf.flush()
+        try:
+            rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT,
+                                timeout=run.runtime + run.ramp + 120
+                                ).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    t1 = time.monotonic()
+    if mon:
+        mon.stop()
+    row = {"server": srv.name, "job": job.name, "metric": job.metric,
+           "loadavg": load, "fio_rc": rc}
+    try:
+        row.update(parse_fio(out))
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        row.update({"fio_error": "unparsable: %s" % e, "ios": 0})
+    row["value"] = row.get(job.metric)
+    if rc != 0 and not row.get("fio_error"):
+        row["fio_error"] = "fio exit %s" % rc
+    # Server CPU over fio's measured window: the last `runtime` seconds
+    # before fio exited (the ramp and the connection set-up are excluded).
+    row["cpu_s"] = row["cpu_us_per_io"] = row["rss_peak_kib"] = None
+    if mon:
+        win = run.runtime
+        cpu = mon.cpu_seconds(max(t0, t1 - win), t1)
+        row["cpu_s"] = cpu
+        if cpu is not None and row.get("ios"):
+            row["cpu_us_per_io"] = cpu * 1e6 / row["ios"]
+        row["rss_peak_kib"] = mon.rss_peak_kib
+        row["rss_kib"] = proc_status_kib(running.pid, "VmRSS")
+    row["cache_pages"], row["cache_bytes"] = fincore(img)
+    return row
+
+
+# --------------------------------------------------------------------------
+# Metadata
+
+
+def pkg_version(p):
+    return run_out(["dpkg-query", "-W", "-f=${Version}", p]) or None
+
+
+def metadata(img, size, run):
+    cpu = ""
+    for line in read_file("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    memtotal = 0
+    for line in read_file("/proc/meminfo").splitlines():
+        if line.startswith("MemTotal:"):
+            memtotal = int(line.split()[1])
+    osname = ""
+    try:
+        for line in read_file("/etc/os-release").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                osname = line.split("=", 1)[1].strip('"')
+    except OSError:
+        pass
+    git = lambda *a: run_out(["git", "-C", TOP] + list(a))  # noqa
+    dirty = git("status", "--porcelain", "--", "src", "plugin")
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc)
+                        .strftime("%Y-%m-%d %H:%M UTC"),
+        "host": socket.gethostname(),
+        "cpu": cpu,
+        "ncpu": os.cpu_count(),
+        "mem_gib": round(memtotal / 1024 / 1024, 1),
+        "os": osname,
+        "kernel": platform.release(),
+        "packages": {p: pkg_version(p) for p in
+                     ("nbdkit", "qemu-utils", "nbd-server", "fio",
+                      "libnbd0", "liburing2", "util-linux")},
+        "pdio_commit": git("rev-parse", "--short", "HEAD"),
+        "pdio_src_dirty": bool(dirty),
+        "image": img,
+        "image_size": size,
+        "image_fs": fs_type(os.path.dirname(img)),
+        "image_dev": run_out(["findmnt", "-n", "-o", "SOURCE", "-T", img]),
+        "runtime_s": run.runtime,
+        "ramp_s": run.ramp,
+        "repeat": run.repeat,
+        "nbdkit_threads": 16,
+    }
+
+
+# --------------------------------------------------------------------------
+# The run
+
+
+def do_run(args):
+    if os.geteuid() != 0:
+        die("run as root (page-cache eviction, nbd-server, fincore)")
+    for tool in ("fio", "nbdkit", "qemu-nbd", "nbd-server", "nbdinfo",
+                 "fincore", "fallocate"):
+        if shutil.which(tool) is None:
+            die("%s is missing: run scripts/bootstrap deps" % tool)
+    if not os.path.exists(PLUGIN):
+        die("%s is missing: run scripts/bootstrap build" % PLUGIN)
+
+    size = parse_size(args.size)
+    img = ensure_image(args.dir, size)
+    all_servers = servers(img, size)
+    names = [s.name for s in all_servers]
+    if args.servers:
+        want = args.servers.split(",")
+        bad = [w for w in want if w not in names]
+        if bad:
+            die("unknown server(s) %s; known: %s" % (bad, ", ".join(names)))
+        all_servers = [s for s in all_servers if s.name in want]
+    jobs = JOBS
+    if args.jobs:
+        want = args.jobs.split(",")
+        bad = [w for w in want if w not in JOB_BY_NAME]
+        if bad:
+            die("unknown job(s) %s; known: %s"
+                % (bad, ", ".join(JOB_BY_NAME)))
+        jobs = [j for j in JOBS if j.name in want]
+
+    run_id = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    outdir = os.path.join(RESULTS, run_id)
+    os.makedirs(outdir)
+    latest = os.path.join(RESULTS, "latest")
+    if os.path.islink(latest) or os.path.exists(latest):
+        os.unlink(latest)
+    os.symlink(run_id, latest)
+    workdir = os.path.join(args.dir, "run")
+    os.makedirs(workdir, exist_ok=True)
+    logdir = os.path.join(outdir, "logs")
+    os.makedirs(logdir)
+
+    meta = metadata(img, size, args)
+    meta["run_id"] = run_id
+    meta["loadavg_start"] = loadavg()
+    doc = {"meta": meta, "jobs": {j.name: {"label": j.label,
+                                           "metric": j.metric}
+                                  for j in JOBS},
+           "servers": {s.name: {"label": s.label, "kind": s.kind,
+                                "args": s.args} for s in all_servers},
+           "results": []}
+    njobs = sum(len([j for j in jobs if s.jobs is None or j.name in s.jobs])
+                for s in all_servers)
+    log("run %s: %d servers, %d jobs each repeat, %d repeat(s), "
+        "%gs + %gs ramp a job: about %d min" %
+        (run_id, len(all_servers), njobs, args.repeat, args.runtime,
+         args.ramp,
+         math.ceil(njobs * args.repeat * (args.runtime + args.ramp + 1.5)
+                   / 60)))
+
+    running = None
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for rep in range(1, args.repeat + 1):
+            fiodir = os.path.join(outdir, "fio", "rep%d" % rep)
+            os.makedirs(fiodir)
+            # Alternate the order so slow drift of the machine's load does
+            # not always favour the same servers.
+            order = all_servers if rep % 2 else list(reversed(all_servers))
+            for srv in order:
+                pages = evict(img)
+                sel = [j for j in jobs if srv.jobs is None or j.name in srv.jobs]
+                if not sel:
+                    continue
+                running = None
+                if srv.kind != "raw":
+                    running = start_server(srv, img, workdir, logdir)
+                log("rep %d/%d  %-13s pid %-7s (image pages cached at start: "
+                    "%s)" % (rep, args.repeat, srv.name,
+                             running.pid if running else "-", pages))
+                for job in sel:
+                    row = run_job(job, srv, running, args, img, size, fiodir)
+                    row["rep"] = rep
+                    row["cache_pages_at_start"] = pages
+                    doc["results"].append(row)
+                    log("    %-14s %s" % (job.name, fmt_row(row)))
+                if running:
+                    stop_server(running)
+                    running = None
+                save(doc, outdir)
+    except KeyboardInterrupt:
+        log("interrupted; stopping the server and saving what ran")
+    finally:
+        if running:
+            stop_server(running)
+        evict(img, allow_drop_caches=False)
+        meta["loadavg_end"] = loadavg()
+        save(doc, outdir)
+    report(doc, outdir)
+    print()
+    ok = check(doc)
+    log("results in %s" % outdir)
+    if args.publish:
+        publish(outdir)
+    return 0 if ok else 3
+
+
+def fmt_row(r):
+    if r.get("fio_error"):
+        return "ERROR %s" % r["fio_error"]
+    v = r["value"]
+    s = ("%8.0f IOPS" % v) if r["metric"] == "iops" else ("%8.1f MB/s" % v)
+    s += "  lat %7.1f/%8.1f us" % (r["lat_mean_us"], r["lat_p99_us"])
+    if r.get("cpu_us_per_io") is not None:
+        s += "  cpu %6.1f us/io" % r["cpu_us_per_io"]
+    if r.get("rss_peak_kib"):
+        s += "  rss %5.1f MiB" % (r["rss_peak_kib"] / 1024)
+    s += "  cached %s pg" % r["cache_pages"]
+    return s
+
+
+TSV_COLS = ["rep", "server", "job", "metric", "value", "iops", "mbps",
+            "lat_mean_us", "lat_p99_us", "ios", "cpu_s", "cpu_us_per_io",
+            "rss_peak_kib", "cache_pages", "cache_bytes",
+            "cache_pages_at_start", "loadavg", "fio_error"]
+
+
+def save(doc, outdir):
+    with open(os.path.join(outdir, "results.json.tmp"), "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    os.replace(os.path.join(outdir, "results.json.tmp"),
+               os.path.join(outdir, "results.json"))
+    with open(os.path.join(outdir, "results.tsv"), "w") as f:
+        f.write("\t".join(TSV_COLS) + "\n")
+        for r in doc["results"]:
+            vals = []
+            for c in TSV_COLS:
+                v = r.get(c)
+                if isinstance(v, float):
+                    v = "%.6g" % v
+                vals.append("" if v is None else str(v))
+            f.write("\t".join(vals) + "\n")
+
+
+# --------------------------------------------------------------------------
+# Analysis: same-repetition ratios, spread across repetitions
+
+
+def index(doc):
+    """cell[(rep, server, job)] = row, for rows without errors."""
+    cell = {}
+    for r in doc["results"]:
+        if not r.get("fio_error") and r.get("value"):
+            cell[(r["rep"], r["server"], r["job"])] = r
+    return cell
+
+
+def reps_of(doc):
+    return sorted({r["rep"] for r in doc["results"]})
+
+
+def series(doc, server, job, fn):
+    """fn(cell, rep) per repetition, Nones dropped."""
+    cell = index(doc)
+    out = []
+    for rep in reps_of(doc):
+        try:
+            v = fn(cell, rep)
+        except (KeyError, ZeroDivisionError, TypeError):
+            v = None
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def ratio_fn(server, job, ref, ref_job=None):
+    def f(cell, rep):
+        return cell[(rep, server, job)]["value"] / \
+            cell[(rep, ref, ref_job or job)]["value"]
+    return f
+
+
+def field_fn(server, job, field):
+    def f(cell, rep):
+        return cell[(rep, server, job)][field]
+    return f
+
+
+def spread(vals, fmt):
+    if not vals:
+        return "–"
+    m = statistics.median(vals)
+    if len(vals) == 1:
+        return fmt(m)
+    return "%s [%s–%s]" % (fmt(m), fmt(min(vals)), fmt(max(vals)))
+
+
+def fmt_value(metric):
+    if metric == "iops":
+        return lambda v: ("%.1fk" % (v / 1000)) if v >= 1000 else "%.0f" % v
+    return lambda v: "%.0f" % v
+
+
+def present(doc):
+    """Servers and jobs in table order, as they appear in the results."""
+    srv = [s for s in doc["servers"]
+           if any(r["server"] == s for r in doc["results"])]
+    jobs = [j.name for j in JOBS
+            if any(r["job"] == j.name for r in doc["results"])]
+    return srv, jobs
+
+
+def table(doc, title, fn, fmt, note=""):
+    srv, jobs = present(doc)
+    lines = ["#### " + title, ""]
+    if note:
+        lines += [note, ""]
+    lines.append("| server | " + " | ".join(jobs) + " |")
+    lines.append("|---|" + "---|" * len(jobs))
+    for s in srv:
+        cells = []
+        for j in jobs:
+            cells.append(spread(series(doc, s, j, fn(s, j)), fmt(j)))
+        lines.append("| %s | %s |" % (s, " | ".join(cells)))
+    return lines + [""]
+
+
+def summary_md(doc):
+    m = doc["meta"]
+    pk = m["packages"]
+    reps = reps_of(doc)
+    L = []
+    L.append("### Run %s (%s)" % (m["run_id"], m["date"]))
+    L.append("")
+    L.append("- Machine: %s, %s CPUs, %s GiB RAM, %s, kernel %s; "
+             "image %s on %s (%s), %d GiB."
+             % (m["cpu"], m["ncpu"], m["mem_gib"], m["os"], m["kernel"],
+                m["image"], m["image_fs"], m["image_dev"],
+                m["image_size"] // 2**30))
+    L.append("- Packages: " + ", ".join("%s %s" % (k, v)
+                                         for k, v in pk.items() if v) + ".")
+    L.append("- pdio %s%s; %d repetition(s) of the matrix, each job %gs "
+             "after %gs ramp; load average %.1f at start, %.1f at end "
+             "(shared machine: compare same-run ratios only)."
+             % (m["pdio_commit"],
+                " (src/ or plugin/ modified)" if m["pdio_src_dirty"] else "",
+                len(reps), m["runtime_s"], m["ramp_s"],
+                m["loadavg_start"], m.get("loadavg_end", float("nan"))))
+    L.append("- Cells: median over repetitions [min–max]; ratios are "
+             "computed within each repetition, then summarised.")
+    L.append("")
+
+    def val_fmt(j):
+        return fmt_value(JOB_BY_NAME[j].metric)
+
+    r2 = lambda j: (lambda v: "%.2f" % v)  # noqa
+    L += table(doc, "Throughput (IOPS for 4k jobs, MB/s otherwise)",
+               lambda s, j: field_fn(s, j, "value"), val_fmt)
+    L += table(doc, "Ratio to the raw row (fio io_uring direct=1 on the "
+               "image, same repetition)",
+               lambda s, j: ratio_fn(s, j, "raw"), r2)
+    L += table(doc, "Ratio to pdio (backend=io_uring, same repetition)",
+               lambda s, j: ratio_fn(s, j, "pdio"), r2,
+               note="pdio-a4k's rows are against pdio's same job.")
+    L += table(doc, "Mean latency, µs",
+               lambda s, j: field_fn(s, j, "lat_mean_us"),
+               lambda j: (lambda v: "%.0f" % v))
+    L += table(doc, "p99 latency, µs (worse of read/write)",
+               lambda s, j: field_fn(s, j, "lat_p99_us"),
+               lambda j: (lambda v: "%.0f" % v))
+    L += table(doc, "Server CPU time per I/O, µs (utime+stime from "
+               "/proc/PID/stat over the measured window)",
+               lambda s, j: field_fn(s, j, "cpu_us_per_io"),
+               lambda j: (lambda v: "%.1f" % v))
+    L += table(doc, "Server peak RSS, MiB (VmHWM at the end of the job)",
+               lambda s, j: field_fn(s, j, "rss_peak_kib"),
+               lambda j: (lambda v: "%.1f" % (v / 1024)))
+    L += table(doc, "Image pages in the page cache at the end of the job "
+               "(fincore)",
+               lambda s, j: field_fn(s, j, "cache_pages"),
+               lambda j: (lambda v: "%d" % v))
+    errs = [r for r in doc["results"] if r.get("fio_error")]
+    if errs:
+        L.append("Failed jobs: " + ", ".join(
+            "%s/%s rep %d (%s)" % (r["server"], r["job"], r["rep"],
+                                   r["fio_error"]) for r in errs))
+        L.append("")
+    L += ["#### Targets (issue 5)", "", "```"] + check_lines(doc)[0] + \
+        ["```", ""]
+    return "\n".join(L)
+
+
+# --------------------------------------------------------------------------
+# Targets
+
+
+def check_lines(doc):
+    cell = index(doc)
+    reps = reps_of(doc)
+    lines, all_ok = [], True
+
+    def verdict(name, vals, thr, higher=True, unit="x"):
+        """vals: per-repetition measured values vs threshold thr."""
+        nonlocal all_ok
+        if not vals:
+            lines.append("%-4s %-58s no data" % ("MISS", name))
+            all_ok = False
+            return
+        ok = [(v >= thr) if higher else (v <= thr) for v in vals]
+        v = statistics.median(vals)
+        margin = (v / thr - 1) * 100 if higher else (1 - v / thr) * 100
+        tag = "PASS" if all(ok) else ("MISS" if not any(ok) else "MIXD")
+        all_ok = all_ok and all(ok)
+        per = " ".join(("%.2f" % x) for x in vals)
+        lines.append("%-4s %-58s %s%s (need %s %.2f; margin %+.0f%%; "
+                     "per repetition: %s)"
+                     % (tag, name, "%.2f" % v, unit,
+                        ">=" if higher else "<=", thr, margin, per))
+
+    def per_rep(fn):
+        out = []
+        for rep in reps:
+            try:
+                out.append(fn(rep))
+            except (KeyError, ZeroDivisionError, TypeError):
+                pass
+        return out
+
+    def val(rep, s, j, f="value"):
+        v = cell[(rep, s, j)][f]
+        if v is None:
+            raise TypeError
+        return v
+
+    def best_qemu(rep, j, f="value", lower=False):
+        vs = [cell[(rep, q, j)][f] for q in QEMU_ROWS
+              if (rep, q, j) in cell and cell[(rep, q, j)][f] is not None]
+        if not vs:
+            raise KeyError
+        return min(vs) if lower else max(vs)
+
+    for j in ("rr4k-qd32", "rw4k-qd32", "rr4k-4x8"):
+        verdict("pdio / better qemu-nbd cache=none, %s" % j,
+                per_rep(lambda r: val(r, "pdio", j) / best_qemu(r, j)), 1.2)
+    verdict("pdio / nbdkit null, rr4k-qd32",
+            per_rep(lambda r: val(r, "pdio", "rr4k-qd32") /
+                    val(r, "null", "rr4k-qd32")), 0.8)
+    for j in ("sr1m-qd8", "sw1m-qd8"):
+        verdict("pdio / raw, %s" % j,
+                per_rep(lambda r: val(r, "pdio", j) / val(r, "raw", j)), 0.9)
+    verdict("misaligned / aligned 4k randwrite QD32 on pdio align=4096",
+            per_rep(lambda r: val(r, "pdio-a4k", "rw4k-mis-qd32") /
+                    val(r, "pdio-a4k", "rw4k-qd32")), 0.5)
+
+    # Page cache: every pdio job, every repetition.
+    rows = [r for r in doc["results"] if r["server"] in PDIO_ROWS]
+    cached = [r for r in rows if r.get("cache_pages") != 0]
+    tag = "PASS" if rows and not cached else "MISS"
+    all_ok = all_ok and tag == "PASS"
+    lines.append("%-4s %-58s %d of %d pdio jobs left pages cached%s"
+                 % (tag, "0 image pages cached after every pdio job",
+                    len(cached), len(rows),
+                    "" if not cached else ": " + ", ".join(
+                        "%s/%s rep %d: %s" % (r["server"], r["job"], r["rep"],
+                                              r.get("cache_pages"))
+                        for r in cached[:6])))
+
+    # CPU per I/O against the cheaper qemu-nbd row, job by job.
+    jobs = [j.name for j in JOBS]
+    for j in jobs:
+        vals = per_rep(lambda r: val(r, "pdio", j, "cpu_us_per_io") /
+                       best_qemu(r, j, "cpu_us_per_io", lower=True))
+        if vals:
+            verdict("pdio CPU us/IO / cheaper qemu-nbd's, %s" % j, vals, 1.0,
+                    higher=False)
+
+    # Peak RSS: stated, with the engine's bound for comparison.
+    for s in PDIO_ROWS:
+        rss = [r["rss_peak_kib"] for r in doc["results"]
+               if r["server"] == s and r.get("rss_peak_kib")]
+        if rss:
+            lines.append("INFO %-58s %.1f MiB (max over jobs/repetitions; "
+                         "engine bound 2 MiB bounce x worker thread)"
+                         % ("peak RSS of " + s, max(rss) / 1024))
+    return lines, all_ok
+
+
+def check(doc):
+    lines, ok = check_lines(doc)
+    print("Targets (issue 5), run %s:" % doc["meta"]["run_id"])
+    for line in lines:
+        print("  " + line)
+    return ok
+
+
+# --------------------------------------------------------------------------
+# Chart
+
+
+COLOURS = {
+    "raw": "#555555", "null": "#bbbbbb",
+    "pdio": "#08306b", "pdio-psync": "#2171b5", "pdio-a4k": "#6baed6",
+    "qemu-native": "#cb181d", "qemu-uring": "#fd8d3c",
+    "file": "#238b45", "file-nocache": "#a1d99b", "nbd-server": "#6a51a3",
+}
+
+
+def chart(doc, outdir):
+    if shutil.which("gnuplot") is None:
+        log("gnuplot missing (apt-get install gnuplot-nox): no chart")
+        return None
+    srv, jobs = present(doc)
+    panels = [("raw", "ratio to the raw row (fio io_uring direct=1)"),
+              ("pdio", "ratio to pdio (backend=io_uring)")]
+    datafiles = []
+    for ref, _ in panels:
+        path = os.path.join(outdir, "ratios-%s.dat" % ref)
+        with open(path, "w") as f:
+            f.write("# job " + " ".join("%s(med min max)" % s for s in srv)
+                    + "\n")
+            for j in jobs:
+                cols = [j]
+                for s in srv:
+                    v = series(doc, s, j, ratio_fn(s, j, ref))
+                    if v:
+                        cols += ["%.4f" % statistics.median(v),
+                                 "%.4f" % min(v), "%.4f" % max(v)]
+                    else:
+                        cols += ["-", "-", "-"]
+                f.write(" ".join(cols) + "\n")
+        datafiles.append(path)
+    png = os.path.join(outdir, "ratios.png")
+    gp = os.path.join(outdir, "ratios.gp")
+    m = doc["meta"]
+    with open(gp, "w") as f:
+        f.write("""set terminal pngcairo size 1600,1100 font ',10' noenhanced
+set output '%s'
+set datafile missing '-'
+set style data histogram
+set style histogram errorbars gap 2 lw 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set logscale y 2
+set yrange [0.0625:16]
+set ytics ('1/16' 0.0625, '1/8' 0.125, '1/4' 0.25, '1/2' 0.5, '1' 1, '2' 2, '4' 4, '8' 8, '16' 16)
+set grid ytics
+set key outside right top vertical
+set xtics nomirror
+set multiplot layout 2,1 title 'pdio benchmark %s, %s (median over %d repetition(s), bars min-max)'
+""" % (png, m["run_id"], m["date"], len(reps_of(doc))))
+        for (ref, title), path in zip(panels, datafiles):
+            f.write("set title '%s'\n" % title)
+            f.write("set arrow 1 from graph 0, first 1 to graph 1, first 1 "
+                    "nohead lw 2 dt 2 front\n")
+            plots = []
+            for i, s in enumerate(srv):
+                c = 2 + 3 * i
+                plots.append("'%s' using %d:%d:%d%s lc rgb '%s' title '%s'"
+                             % (path, c, c + 1, c + 2,
+                                ":xtic(1)" if i == 0 else "",
+                                COLOURS.get(s, "#000000"), s))
+            f.write("plot " + ", \\\n     ".join(plots) + "\n")
+        f.write("unset multiplot\n")
+    r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
+    if r.returncode != 0:
+        log("gnuplot failed: %s" % r.stderr.strip())
+        return None
+    return png
+
+
+def report(doc, outdir):
+    md = summary_md(doc)
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write(md + "\n")
+    png = chart(doc, outdir)
+    print(md)
+    log("summary: %s/summary.md%s" % (outdir, ", chart: " + png if png
+                                      else ""))
+
+
+BEGIN = "<!-- bench:begin (bench/run.sh --publish rewrites this block) -->"
+END = "<!-- bench:end -->"
+
+
+def publish(outdir):
+    md = read_file(os.path.join(outdir, "summary.md"))
+    png = os.path.join(outdir, "ratios.png")
+    block = BEGIN + "\n\n" + md.rstrip() + "\n\n"
+    if os.path.exists(png):
+        shutil.copyfile(png, PERF_PNG)
+        block += "![ratios](%s)\n\n" % os.path.basename(PERF_PNG)
+    block += END
+    text = read_file(PERF_MD) if os.path.exists(PERF_MD) else \
+        "# pdio performance\n\n"
+    if BEGIN in text and END in text:
+        a = text.index(BEGIN)
+        b = text.index(END) + len(END)
+        text = text[:a] + block + text[b:]
+    else:
+        text = text.rstrip() + "\n\n## Results\n\n" + block + "\n"
+    with open(PERF_MD, "w") as f:
+        f.write(text)
+    log("published to %s%s" % (PERF_MD, " and " + PERF_PNG
+                               if os.path.exists(png) else ""))
+
+
+def load_results(path):
+    if path is None:
+        path = os.path.join(RESULTS, "latest")
+    if os.path.isdir(path):
+        path = os.path.join(path, "results.json")
+    if not os.path.exists(path):
+        die("no results at %s" % path)
+    with open(path) as f:
+        return json.load(f), os.path.dirname(os.path.abspath(path))
+
+
+def main():
+    env = os.environ.get
+    p = argparse.ArgumentParser(
+        prog="bench/run.sh",
+        description="pdio against its peers with fio's nbd engine; "
+                    "see bench/README.")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run the whole matrix N times (spread = min/max)")
+    p.add_argument("--runtime", type=float,
+                   default=float(env("BENCH_RUNTIME", 10)),
+                   help="measured seconds per job (BENCH_RUNTIME, 10)")
+    p.add_argument("--ramp", type=float, default=None,
+                   help="ramp seconds per job (BENCH_RAMP, 2)")
+    p.add_argument("--smoke", action="store_true",
+                   help="quick sanity run: --runtime 2 --ramp 1")
+    p.add_argument("--size", default=env("BENCH_SIZE", "4G"),
+                   help="image size (BENCH_SIZE, 4G)")
+    p.add_argument("--dir", default=env("BENCH_DIR", "/var/tmp/pdio-bench"),
+                   help="where the image lives (BENCH_DIR)")
+    p.add_argument("--servers", help="comma list (default: all): " +
+                   ", ".join(s.name for s in servers("IMG", 0)))
+    p.add_argument("--jobs", help="comma list (default: all): " +
+                   ", ".join(JOB_BY_NAME))
+    p.add_argument("--publish", action="store_true",
+                   help="write the summary into docs/performance.md and "
+                        "the chart to docs/ (final runs only)")
+    p.add_argument("--check", nargs="?", const="", metavar="RESULTS",
+                   help="evaluate the targets from a results.json or run "
+                        "directory (default: the latest run); no benchmark")
+    p.add_argument("--report", nargs="?", const="", metavar="RESULTS",
+                   help="re-render summary.md and the chart from results")
+    args = p.parse_args()
+
+    if args.check is not None:
+        doc, _ = load_results(args.check or None)
+        return 0 if check(doc) else 3
+    if args.report is not None:
+        doc, outdir = load_results(args.report or None)
+        report(doc, outdir)
+        if args.publish:
+            publish(outdir)
+        return 0
+    if args.smoke:
+        args.runtime, args.ramp = 2, 1
+    if args.ramp is None:
+        args.ramp = float(env("BENCH_RAMP", 2))
+    if args.repeat < 1:
+        die("--repeat must be at least 1")
+    return do_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
