@@ -30,8 +30,7 @@
 #   start_server LOG ARGS...     nbdkit -f -v -U $sock ARGS (in the
 #                                background, output to LOG); waits until it
 #                                serves; sets $server_pid $server_log $sock
-#                                $uri.  Stopped
-#                                at exit if still running.
+#                                $uri.  Stopped at exit if still running.
 #   stop_server                  SIGTERM, wait; fails unless it exits 0
 #   stop_server_status           the same, but only sets $server_status
 #   expect_start_failure LOG ARGS...  nbdkit ARGS must refuse to start
@@ -68,6 +67,11 @@
 # Variables: $PLUGIN (plugin under test), $tools (the built C clients:
 # shadow_io, interleave_io, nbdreq, mkimage), $nbdkit_flags (-f -v and the
 # quieting -D flag every server gets).
+
+# The helpers are bash; make check may run the scripts with another sh.
+if [ -z "${BASH_VERSION:-}" ]; then
+    exec bash "$0" "$@"
+fi
 
 set -eu
 
@@ -190,8 +194,12 @@ stop_server_status ()
     wait "$server_pid" || server_status=$?
     if [ $server_status -ne 0 ]; then
         cat "$server_log" >&2
+        # nbdkit 1.32.4 .. 1.33.9 abort when a client hangs up with replies
+        # queued (field notes).  Our clients only do that after failing.
         if grep -q "raw_send_socket: Assertion .sock >= 0. failed" "$server_log"; then
-            echo "NOTE: this is nbdkit 1.32.4-1.33.9's crash when a client hangs up with replies queued (see field notes); the client above hung up early" >&2
+            case $("$NBDKIT" --version) in
+            "nbdkit 1.32."[4-9]*|"nbdkit 1.33."[0-9]) echo "NOTE: this is the known crash of $("$NBDKIT" --version) when a client hangs up with replies queued, not pdio's doing" >&2 ;;
+            esac
         fi
         echo "nbdkit exited with status $server_status" >&2
     fi
