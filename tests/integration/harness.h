@@ -80,8 +80,8 @@ extern unsigned in_flight (struct nbd_handle **hs, int n);
 
 /* Reads the whole image file into buf, bypassing the page cache when the
  * file system allows (O_DIRECT), so that loading the initial shadow does
- * not itself leave the image cached.  Returns the file size; fails if it
- * differs from expect_size.
+ * not itself leave the image cached.  Fails if the file's size is not
+ * expect_size (the export's).
  */
 extern void load_image (const char *path, void *buf, uint64_t expect_size);
 /* Writes len bytes of buf to a new file at path. */

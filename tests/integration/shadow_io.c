@@ -450,12 +450,14 @@ capability (struct nbd_handle *h, int (*can) (struct nbd_handle *),
 static void
 connect_all (const char *sock)
 {
-  for (int i = 0; i < t.nconns; i++) {
+  for (int i = 0; i < t.nconns; i++)
     t.h[i] = connect_socket (sock);
-    if (i == 0 && t.nconns > 1)
-      capability (t.h[0], nbd_can_multi_conn, "can_multi_conn");
-  }
   track_handles (t.h, t.nconns);
+  /* Checking reads on one connection against writes completed on another
+   * is only valid with multi-conn consistency.
+   */
+  if (t.nconns > 1 && nbd_can_multi_conn (t.h[0]) != 1)
+    fail ("the server does not advertise multi-conn (use -c 1)");
   t.can_fast_zero = capability (t.h[0], nbd_can_fast_zero, "can_fast_zero");
   t.can_trim = capability (t.h[0], nbd_can_trim, "can_trim");
   t.can_zero = capability (t.h[0], nbd_can_zero, "can_zero");
