@@ -10,7 +10,9 @@
 # /logs directory.
 #
 # Steps run one after another even when one fails (a failed attach makes the
-# steps that need the device fail too), so a run always reports every step.
+# steps that need the device fail too), so a run always reports every step:
+# hence set -u only at this level, and set -e inside each step.
+set -u
 
 export PATH=/usr/sbin:/usr/bin:/bb
 export HOME=/root LC_ALL=C
@@ -46,9 +48,11 @@ poweroff_now() {
     sleep 60
 }
 
-# Load the modules run.sh put in dependency order (no depmod in the guest).
+# Load the modules run.sh put in dependency order (no depmod in the guest);
+# the first step reports any that failed.
+: > "$STATE/insmod.failed"
 while read -r m; do
-    insmod "/modules/$m.ko" || log "insmod $m failed"
+    insmod "/modules/$m.ko" || echo "$m" >> "$STATE/insmod.failed"
 done < /modules/order
 
 # Neither soft lockups nor slow TCG I/O are what this test is about.
@@ -391,6 +395,10 @@ scenario_reference() {
 # --- the scratch disk -----------------------------------------------------------------
 
 scratch_setup() {
+    if [ -s "$STATE/insmod.failed" ]; then
+        detail "insmod failed: $(cat "$STATE/insmod.failed" | tr '\n' ' ')"
+        return 1
+    fi
     i=0
     while [ ! -b /dev/vda ]; do
         i=$((i + 1)); [ $i -lt 300 ] || return 1; sleep 0.1
@@ -399,7 +407,7 @@ scratch_setup() {
     mount -t ext4 /dev/vda /scratch
     mkdir -p "$LOGS"
     lbs=$(cat /sys/block/vda/queue/logical_block_size)
-    detail "/dev/vda $(($(cat /sys/block/vda/size) / 2097152)) GiB, logical block $lbs, ext4 on /scratch"
+    detail "$(wc -l < /modules/order) modules loaded; /dev/vda $(($(cat /sys/block/vda/size) / 2097152)) GiB, logical block $lbs, ext4 on /scratch"
 }
 
 scratch_check() {
@@ -409,7 +417,7 @@ scratch_check() {
 }
 
 main() {
-    step "guest: scratch virtio disk formatted and mounted" scratch_setup
+    step "guest: modules loaded, scratch virtio disk formatted and mounted" scratch_setup
     for s in $SCENARIOS; do
         s0=$(uptime_s)
         "scenario_$s"
