@@ -379,6 +379,38 @@ scenario_align4096() {
     server_end align4096
 }
 
+# A 4096-byte-sector (4Kn) disk: pdio.so must find the 4096-byte direct-I/O
+# alignment by itself (no align=) and still serve 512-byte nbd blocks.
+sector4k_setup() {
+    i=0
+    while [ ! -b /dev/vdb ]; do
+        i=$((i + 1)); [ $i -lt 300 ] || return 1; sleep 0.1
+    done
+    lbs=$(cat /sys/block/vdb/queue/logical_block_size)
+    mkfs.ext4 -F -q /dev/vdb
+    mkdir -p /scratch4k
+    mount -t ext4 /dev/vdb /scratch4k
+    detail "/dev/vdb logical block $lbs, ext4 on /scratch4k"
+    [ "$lbs" = 4096 ]
+}
+
+sector4k_check() {
+    sync
+    umount /scratch4k
+    e2fsck -fn /dev/vdb
+}
+
+scenario_sector4k() {
+    step "sector4k: 4096-byte-sector virtio disk formatted and mounted" sector4k_setup
+    step "sector4k: nbdkit pdio.so (no align=) serving disk.img on the 4Kn disk" serve sector4k pdio /scratch4k/disk.img
+    step "sector4k: the advertised minimum block size is 4096, found by pdio" sh -c '[ "$(cat '"$STATE"'/minblock)" = 4096 ]'
+    step "sector4k: nbd-client attaches with 512-byte blocks (-b 512 -C 2)" attach 512 2
+    fio_round_trip sector4k io_uring
+    step "sector4k: nbd-client -d detaches" detach
+    server_end sector4k
+    step "sector4k: the 4Kn scratch filesystem unmounts and e2fsck -fn is clean" sector4k_check
+}
+
 # The same ext4 and fio workload through nbdkit's own file plugin, for the
 # page-cache comparison.
 scenario_reference() {

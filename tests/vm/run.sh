@@ -13,7 +13,7 @@
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,xfs,fio,align4096,
-#                       reference (default: all of them, in that order)
+#                       sector4k,reference (default: all, in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --timeout SEC       hard limit for the whole guest run (default 1200)
@@ -32,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,xfs,fio,align4096,reference"
+scenarios="ext4,xfs,fio,align4096,sector4k,reference"
 plugin=${PDIO_PLUGIN:-}
 timeout=${PDIO_VM_TIMEOUT:-1200}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
@@ -62,7 +62,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|xfs|fio|align4096|reference) ;;
+    ext4|xfs|fio|align4096|sector4k|reference) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
 done
@@ -362,8 +362,10 @@ note "plugin under test: $plugin"
 # --- boot --------------------------------------------------------------------------
 # A sparse scratch disk; the guest formats it and keeps its images on it, so
 # the guest's O_DIRECT goes to a real (virtio) block device, not tmpfs.
-rm -f "$work/scratch.img"
+# A second one with 4096-byte sectors for the sector4k scenario.
+rm -f "$work/scratch.img" "$work/scratch4k.img"
 truncate -s 8G "$work/scratch.img"
+truncate -s 4G "$work/scratch4k.img"
 : > "$work/console.log"
 : > "$work/results.log"
 
@@ -376,7 +378,9 @@ set -- qemu-system-x86_64 -nodefaults -no-user-config -machine pc \
     -kernel "$vmlinuz" -initrd "$work/initrd.cpio" -append "$append" \
     -display none -no-reboot \
     -drive "file=$work/scratch.img,if=none,id=scratch,format=raw,cache=unsafe" \
-    -device virtio-blk-pci,drive=scratch,serial=pdio-scratch
+    -device virtio-blk-pci,drive=scratch,serial=pdio-scratch \
+    -drive "file=$work/scratch4k.img,if=none,id=scratch4k,format=raw,cache=unsafe" \
+    -device virtio-blk-pci,drive=scratch4k,serial=pdio-scratch4k,logical_block_size=4096,physical_block_size=4096
 
 if [ "$shell" = 1 ]; then
     echo "# booting to a shell (scratch disk $work/scratch.img); poweroff -f to leave" >&2
