@@ -209,6 +209,58 @@ def loadavg():
     return float(read_file("/proc/loadavg").split()[0])
 
 
+def cpu_jiffies():
+    """(steal, total) jiffies over all CPUs from /proc/stat."""
+    v = [int(x) for x in read_file("/proc/stat").splitlines()[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest* are in user)
+    return v[7], sum(v[:8])
+
+
+class CsCounter:
+    """Server context switches over the middle of the measured window,
+    counted by `perf stat` (optional: no perf, no figure)."""
+
+    def __init__(self, pids, start_after, duration, path):
+        self.pids, self.path = pids, path
+        self.duration = duration
+        self.proc = None
+        self.timer = threading.Timer(start_after, self._start)
+        self.timer.start()
+
+    def _start(self):
+        pids = [p for p in self.pids() if pid_alive(p)]
+        if not pids:
+            return
+        try:
+            self.proc = subprocess.Popen(
+                ["perf", "stat", "-x", ",", "-e", "context-switches",
+                 "-o", self.path, "-p", ",".join(map(str, pids)),
+                 "--", "sleep", "%.2f" % self.duration],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            self.proc = None
+
+    def result(self):
+        """Context switches per second, or None."""
+        self.timer.cancel()
+        self.timer.join()
+        if self.proc is None:
+            return None
+        try:
+            self.proc.wait(timeout=self.duration + 10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return None
+        try:
+            for line in read_file(self.path).splitlines():
+                f = line.split(",")
+                if len(f) > 2 and f[2].startswith("context-switches"):
+                    return float(f[0]) / self.duration
+        except (OSError, ValueError):
+            pass
+        return None
+
+
 # --------------------------------------------------------------------------
 # The test image
 
@@ -232,7 +284,7 @@ def ensure_image(d, size):
         return img
     log("creating %s: %d bytes, preallocated, filled with random data "
         "(once; reused by later runs)" % (img, size))
-    for p in (img, stamp):
+    for p in (stamp, img):
         if os.path.exists(p):
             os.unlink(p)
     subprocess.run(["fallocate", "-l", str(size), img], check=True)
@@ -479,11 +531,19 @@ def run_job(job, srv, running, run, img, size, fiodir):
     cmd = fio_cmd(job, srv, run, img, size, out,
                   running.uri if running else None)
     load = loadavg()
-    mon = None
+    steal0 = cpu_jiffies()
+    mon = cs = None
     if running is not None:
         mon = Monitor(running.pid, running.tree)
         mon.sample()
         mon.start()
+        if run.perf and run.runtime >= 2:
+            # nbdkit's and qemu's threads exist once fio has connected;
+            # nbd-server's per-connection processes are its children.
+            pid = running.pid
+            cs = CsCounter(lambda: [pid] + descendants(pid),
+                           run.ramp + 0.5, run.runtime - 1,
+                           out + ".perf")
     t0 = time.monotonic()
     with open(out + ".log", "w") as lf:
         lf.write("# %s\n" % " ".join(cmd))
@@ -497,8 +557,12 @@ def run_job(job, srv, running, run, img, size, fiodir):
     t1 = time.monotonic()
     if mon:
         mon.stop()
+    cs_rate = cs.result() if cs else None
+    steal1 = cpu_jiffies()
     row = {"server": srv.name, "job": job.name, "metric": job.metric,
-           "loadavg": load, "fio_rc": rc}
+           "loadavg": load, "fio_rc": rc,
+           "steal_pct": 100.0 * (steal1[0] - steal0[0]) /
+           max(1, steal1[1] - steal0[1])}
     try:
         row.update(parse_fio(out))
     except (OSError, ValueError, KeyError, IndexError) as e:
@@ -517,6 +581,9 @@ def run_job(job, srv, running, run, img, size, fiodir):
             row["cpu_us_per_io"] = cpu * 1e6 / row["ios"]
         row["rss_peak_kib"] = mon.rss_peak_kib
         row["rss_kib"] = proc_status_kib(running.pid, "VmRSS")
+    row["cs_per_io"] = None
+    if cs_rate is not None and row.get("iops"):
+        row["cs_per_io"] = cs_rate / row["iops"]
     row["cache_pages"], row["cache_bytes"] = fincore(img)
     return row
 
@@ -564,7 +631,8 @@ def metadata(img, size, run):
         "pdio_src_dirty": bool(dirty),
         "image": img,
         "image_size": size,
-        "image_fs": fs_type(os.path.dirname(img)),
+        "image_fs": run_out(["findmnt", "-n", "-o", "FSTYPE", "-T", img])
+                    or fs_type(os.path.dirname(img)),
         "image_dev": run_out(["findmnt", "-n", "-o", "SOURCE", "-T", img]),
         "runtime_s": run.runtime,
         "ramp_s": run.ramp,
@@ -650,6 +718,8 @@ def do_run(args):
             # not always favour the same servers.
             order = all_servers if rep % 2 else list(reversed(all_servers))
             for srv in order:
+                if not os.path.exists(img):
+                    die("%s disappeared during the run" % img)
                 pages = evict(img)
                 sel = [j for j in jobs if srv.jobs is None or j.name in srv.jobs]
                 if not sel:
@@ -665,7 +735,8 @@ def do_run(args):
                     row["rep"] = rep
                     row["cache_pages_at_start"] = pages
                     doc["results"].append(row)
-                    log("    %-14s %s" % (job.name, fmt_row(row)))
+                    log("    %-12s %-13s %s" % (srv.name, job.name,
+                                                fmt_row(row)))
                 if running:
                     stop_server(running)
                     running = None
@@ -695,16 +766,18 @@ def fmt_row(r):
     s += "  lat %7.1f/%8.1f us" % (r["lat_mean_us"], r["lat_p99_us"])
     if r.get("cpu_us_per_io") is not None:
         s += "  cpu %6.1f us/io" % r["cpu_us_per_io"]
+    if r.get("cs_per_io") is not None:
+        s += " %4.2f cs/io" % r["cs_per_io"]
     if r.get("rss_peak_kib"):
         s += "  rss %5.1f MiB" % (r["rss_peak_kib"] / 1024)
-    s += "  cached %s pg" % r["cache_pages"]
+    s += "  cached %s pg  steal %.0f%%" % (r["cache_pages"], r["steal_pct"])
     return s
 
 
 TSV_COLS = ["rep", "server", "job", "metric", "value", "iops", "mbps",
             "lat_mean_us", "lat_p99_us", "ios", "cpu_s", "cpu_us_per_io",
-            "rss_peak_kib", "cache_pages", "cache_bytes",
-            "cache_pages_at_start", "loadavg", "fio_error"]
+            "cs_per_io", "rss_peak_kib", "cache_pages", "cache_bytes",
+            "cache_pages_at_start", "loadavg", "steal_pct", "fio_error"]
 
 
 def save(doc, outdir):
@@ -828,6 +901,11 @@ def summary_md(doc):
                 " (src/ or plugin/ modified)" if m["pdio_src_dirty"] else "",
                 len(reps), m["runtime_s"], m["ramp_s"],
                 m["loadavg_start"], m.get("loadavg_end", float("nan"))))
+    st = [r["steal_pct"] for r in doc["results"] if "steal_pct" in r]
+    if st:
+        L.append("- CPU steal time during the jobs (the hypervisor running "
+                 "others): median %.0f%%, max %.0f%%."
+                 % (statistics.median(st), max(st)))
     L.append("- Cells: median over repetitions [min–max]; ratios are "
              "computed within each repetition, then summarised.")
     L.append("")
@@ -854,6 +932,11 @@ def summary_md(doc):
                "/proc/PID/stat over the measured window)",
                lambda s, j: field_fn(s, j, "cpu_us_per_io"),
                lambda j: (lambda v: "%.1f" % v))
+    L += table(doc, "Server context switches per I/O (perf stat over the "
+               "middle of the window; counts, so less sensitive to steal "
+               "than CPU time)",
+               lambda s, j: field_fn(s, j, "cs_per_io"),
+               lambda j: (lambda v: "%.2f" % v))
     L += table(doc, "Server peak RSS, MiB (VmHWM at the end of the job)",
                lambda s, j: field_fn(s, j, "rss_peak_kib"),
                lambda j: (lambda v: "%.1f" % (v / 1024)))
@@ -1023,8 +1106,8 @@ set style histogram errorbars gap 2 lw 1
 set style fill solid 0.85 border -1
 set boxwidth 0.9
 set logscale y 2
-set yrange [0.0625:16]
-set ytics ('1/16' 0.0625, '1/8' 0.125, '1/4' 0.25, '1/2' 0.5, '1' 1, '2' 2, '4' 4, '8' 8, '16' 16)
+set yrange [0.0625:32]
+set ytics ('1/16' 0.0625, '1/8' 0.125, '1/4' 0.25, '1/2' 0.5, '1' 1, '2' 2, '4' 4, '8' 8, '16' 16, '32' 32)
 set grid ytics
 set key outside right top vertical
 set xtics nomirror
@@ -1120,6 +1203,8 @@ def main():
                    ", ".join(s.name for s in servers("IMG", 0)))
     p.add_argument("--jobs", help="comma list (default: all): " +
                    ", ".join(JOB_BY_NAME))
+    p.add_argument("--no-perf", dest="perf", action="store_false",
+                   help="do not count server context switches with perf")
     p.add_argument("--publish", action="store_true",
                    help="write the summary into docs/performance.md and "
                         "the chart to docs/ (final runs only)")
