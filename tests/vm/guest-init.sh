@@ -59,7 +59,7 @@ done < /modules/order
 echo 0 > /proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
 
 if [ "$SHELL_ONLY" = 1 ]; then
-    log "shell: scratch disk is /dev/vda, plugin /pdio/pdio.so, fio jobs /pdio/fio"
+    log "shell: scratch disks /dev/vda (512-byte sectors) and /dev/vdb (4096), unformatted; plugin /pdio/pdio.so, fio jobs /pdio/fio"
     setsid cttyhack sh
     poweroff_now
 fi
