@@ -116,9 +116,11 @@ fetch_kernel() {
     fi
     if [ -z "$pkg" ]; then
         # No archive at all: fall back to whatever kernel is cached.
-        pkg=$(ls -1 "$cache/kernels" 2>/dev/null | sort -V | tail -n 1)
-        [ -n "$pkg" ] && [ -f "$cache/kernels/$pkg/.complete" ] ||
+        pkg=$(find "$cache/kernels" -mindepth 2 -maxdepth 2 -name .complete 2>/dev/null |
+            sed 's|/.complete$||; s|.*/||' | sort -V | tail -n 1)
+        if [ -z "$pkg" ]; then
             bail "cannot resolve linux-image-amd64 and no cached kernel in $cache"
+        fi
         echo "# apt cannot resolve linux-image-amd64; using cached $pkg" >&2
     fi
     kdir=$cache/kernels/$pkg
@@ -180,11 +182,8 @@ base_files() {
     # The plugin under test goes in the overlay, but its libraries (liburing,
     # libc ...) belong here; pthread_cancel may dlopen libgcc_s.
     echo "$plugin" >> "$libs"
-    for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1; do
-        [ -e "$f" ] && echo "$f $f"
-    done
-    for f in /etc/mke2fs.conf; do
-        [ -e "$f" ] && echo "$f $f"
+    for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /etc/mke2fs.conf; do
+        if [ -e "$f" ]; then echo "$f $f"; fi
     done
     while read -r bin; do
         ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
@@ -203,8 +202,8 @@ module_order() {
         awk -F/ '{ n = $NF; sub(/\.ko.*$/, "", n); gsub(/-/, "_", n); print n, $0 }' > "$index"
     todo=$(echo "$MODULES" | tr '-' '_')
     visited=" "
-    while [ -n "$(echo $todo)" ]; do
-        set -- $todo
+    # shellcheck disable=SC2086 # $todo is a word list
+    while set -- $todo && [ $# -gt 0 ]; do
         name=$1; shift; todo="$*"
         case $visited in *" $name "*) continue ;; esac
         visited="$visited$name "
@@ -291,8 +290,8 @@ fi
 qemu_pid=""
 tail_pid=""
 cleanup() {
-    [ -n "$tail_pid" ] && kill "$tail_pid" 2>/dev/null || true
-    [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null || true
+    if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; fi
+    if [ -n "$qemu_pid" ]; then kill "$qemu_pid" 2>/dev/null || true; fi
     if [ "$keep" = 1 ]; then
         echo "# artefacts kept in $work" >&2
     elif [ "${failed:-1}" = 0 ]; then
@@ -400,7 +399,7 @@ fi
 qemu_rc=0
 wait "$qemu_pid" || qemu_rc=$?
 qemu_pid=""
-[ -n "$tail_pid" ] && { kill "$tail_pid" 2>/dev/null || true; tail_pid=""; }
+if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; tail_pid=""; fi
 t_guest=$(($(now) - t0))
 
 # Pull the guest's own logs (nbdkit stderr, fio output, ...) off the scratch
