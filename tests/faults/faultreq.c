@@ -17,6 +17,14 @@
  *                              "rule:clear" drops every rule, "rule:reset"
  *                              the list of faults that fired too
  *   reconnect                  a new connection (the old one closes cleanly)
+ *   fill:OFF:LEN:CHUNK         write CHUNK-byte pieces of fresh data from
+ *                              OFF on, until one fails or LEN is covered;
+ *                              the errno is that of the failed piece
+ *   retry                      send the last failed write again, same
+ *                              offset, length and data
+ *   sh:COMMAND                 run COMMAND with sh -c between requests (to
+ *                              free space, shrink or delete the image...);
+ *                              it must exit 0
  * With PDIO_FAULTS_DRY_RUN=1 in the environment, rule: requests are not
  * sent (only printed): a test run that way must fail, which proves that
  * it detects the faults it injects and does not pass by accident.
@@ -62,6 +70,10 @@ static struct {
   uint8_t *state;
   struct rng rng;
   int status;
+  /* The last write that failed, for retry. */
+  uint8_t *failed_buf;
+  uint64_t failed_off, failed_len;
+  uint32_t failed_flags;
 } t;
 
 static const struct {
@@ -250,6 +262,38 @@ read_check (const char *what, uint64_t off, uint64_t len)
   return err;
 }
 
+static void
+remember_failed (const uint8_t *buf, uint64_t off, uint64_t len,
+                 uint32_t flags)
+{
+  free (t.failed_buf);
+  t.failed_buf = xmalloc (len);
+  memcpy (t.failed_buf, buf, len);
+  t.failed_off = off;
+  t.failed_len = len;
+  t.failed_flags = flags;
+}
+
+/* One write of fresh data; 0 or the errno. */
+static int
+do_write (uint64_t off, uint64_t len, uint32_t flags)
+{
+  uint8_t *buf = xmalloc (len);
+  int err = 0;
+
+  check_range (off, len);
+  rng_fill (&t.rng, buf, len);
+  if (nbd_pwrite (t.h, buf, len, off, flags) == -1) {
+    err = last_errno ();
+    mark_either (off, len, buf, 0);
+    remember_failed (buf, off, len, flags);
+  }
+  else
+    set_known (off, len, buf);
+  free (buf);
+  return err;
+}
+
 /* Runs one request; returns 0 or the errno it failed with. */
 static int
 run (char **f, int n, const char *text)
@@ -260,18 +304,31 @@ run (char **f, int n, const char *text)
   uint32_t flags = has_word (f, n, 3, "fua") ? LIBNBD_CMD_FLAG_FUA : 0;
   int err = 0;
 
-  if (strcmp (name, "write") == 0 && n >= 3) {
-    uint8_t *buf = xmalloc (len);
+  if (strcmp (name, "write") == 0 && n >= 3)
+    err = do_write (off, len, flags);
+  else if (strcmp (name, "fill") == 0 && n == 4) {
+    uint64_t chunk = parse_u64 (f[3], "chunk"), at;
 
-    check_range (off, len);
-    rng_fill (&t.rng, buf, len);
-    if (nbd_pwrite (t.h, buf, len, off, flags) == -1) {
+    if (chunk == 0)
+      hard_error ("fill: chunk must not be 0");
+    for (at = off; at < off + len && err == 0; at += chunk)
+      err = do_write (at, off + len - at < chunk ? off + len - at : chunk, 0);
+    if (err)
+      printf ("  %" PRIu64 " bytes written from %" PRIu64 ", then the piece "
+              "at %" PRIu64 " failed\n", t.failed_off - off, off,
+              t.failed_off);
+  }
+  else if (strcmp (name, "retry") == 0 && n == 1) {
+    if (t.failed_buf == NULL)
+      hard_error ("retry: no write has failed yet");
+    if (nbd_pwrite (t.h, t.failed_buf, t.failed_len, t.failed_off,
+                    t.failed_flags) == -1)
       err = last_errno ();
-      mark_either (off, len, buf, 0);
+    else {
+      set_known (t.failed_off, t.failed_len, t.failed_buf);
+      printf ("  rewrote %" PRIu64 " bytes at %" PRIu64 "\n", t.failed_len,
+              t.failed_off);
     }
-    else
-      set_known (off, len, buf);
-    free (buf);
   }
   else if (strcmp (name, "read") == 0 && n == 3) {
     check_range (off, len);
@@ -355,6 +412,17 @@ main (int argc, char *argv[])
 
     if (!req)
       hard_error ("out of memory");
+    if (strncmp (req, "sh:", 3) == 0) {
+      int rc;
+
+      fflush (stdout);
+      rc = system (req + 3);
+      printf ("%s -> exit %d\n", argv[i], rc);
+      if (rc != 0)
+        hard_error ("'%s' failed", req + 3);
+      free (req);
+      continue;
+    }
     if (strncmp (req, "rule:", 5) == 0) {
       const char *dry = getenv ("PDIO_FAULTS_DRY_RUN");
 
