@@ -19,7 +19,7 @@ echo "loop device: $loop ($(blockdev --getss "$loop")-byte sectors)"
 mkfs.ext4 -q -F "$loop"
 mkdir "$tmp/mnt"
 mount "$loop" "$tmp/mnt"
-at_exit "umount '$tmp/mnt'"
+at_exit "umount_retry '$tmp/mnt'"
 dir=$tmp/mnt
 
 # The premise: 4096-byte direct I/O works there, 512-byte does not.

@@ -38,6 +38,7 @@
 #                                fails showing the log otherwise
 #   run_client CMD...            CMD with a timeout (a hung server fails the
 #                                test instead of hanging make check)
+#   umount_retry DIR             umount, retrying while busy (for at_exit)
 #   drop_cache FILE              evict FILE's pages from the page cache
 #   cached_pages FILE            pages of FILE in the page cache (fincore)
 #   stats_line LOG               the last "stats:" line pdio logged
@@ -246,6 +247,24 @@ run_client ()
     timeout "$client_timeout" "$@" || _status=$?
     [ $_status -ne 124 ] || fail "timed out after ${client_timeout}s: $*"
     return $_status
+}
+
+# A file system that held a served image can stay busy for some tens of
+# milliseconds after nbdkit exits (io_uring rings are torn down
+# asynchronously and their registered files with them), so retry for up
+# to 10 s, then detach it lazily rather than leave it mounted.
+umount_retry ()
+{
+    _i=0
+    until umount "$1" 2>/dev/null; do
+        _i=$((_i + 1))
+        if [ $_i -ge 100 ]; then
+            echo "WARNING: $1 still busy after 10 s: lazy unmount" >&2
+            umount -l "$1"
+            return
+        fi
+        sleep 0.1
+    done
 }
 
 # Writes back nothing (count=0), syncs, then fadvise(DONTNEED) on the whole
