@@ -167,6 +167,12 @@ uring_destroy (struct io_ctx *ctx)
   struct uring_state *st = ctx->backend_state;
 
   if (st) {
+    /* Drop the ring's reference to the image now; the kernel finishes
+     * tearing a ring down asynchronously, and until then the file stays
+     * open (its filesystem busy) after we close it.
+     */
+    if (st->fixed_file)
+      io_uring_unregister_files (&st->ring);
     io_uring_queue_exit (&st->ring);
     free (st);
   }

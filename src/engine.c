@@ -821,6 +821,13 @@ pdio_close (struct pdio_image *img)
   }
   if (img->zero_mem)
     munmap (img->zero_mem, ZERO_LEN + GEOMETRY_PAGE);
+  /* Release the image lock now: a ring still being torn down by the kernel
+   * may hold a reference to the file for a while after we close it.
+   */
+  if (img->fd >= 0) {
+    struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+    fcntl (img->fd, F_OFD_SETLK, &fl);
+  }
   if (img->tail_fd >= 0)
     close (img->tail_fd);
   if (img->fd >= 0)
@@ -835,7 +842,14 @@ void
 pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 {
   uint32_t pref = img->geo.fs_block > 4096 ? img->geo.fs_block : 4096;
+  uint32_t min = img->geo.offset_align;
 
+  /* Clients may only send whole minimum blocks, so an image whose size is
+   * not a multiple of the alignment advertises a smaller minimum (any
+   * request works; the tail costs a read-modify-write).
+   */
+  while (img->geo.size % min)
+    min /= 2;
   if (pref < img->geo.offset_align)
     pref = img->geo.offset_align;
   *info = (struct pdio_info) {
@@ -846,7 +860,7 @@ pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
     .offset_align = img->geo.offset_align,
     .mem_align = img->geo.mem_align,
     .fs_block = img->geo.fs_block,
-    .block_min = img->geo.offset_align,
+    .block_min = min,
     .block_preferred = pref,
     .block_max = PDIO_MAX_BLOCK,
     .backend = img->backend,

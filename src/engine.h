@@ -59,7 +59,11 @@ struct pdio_info {
   uint32_t offset_align;        /* direct-I/O offset and length alignment */
   uint32_t mem_align;           /* direct-I/O memory alignment */
   uint32_t fs_block;            /* allocation unit: holes come in these */
-  uint32_t block_min, block_preferred, block_max;  /* what to advertise */
+  /* What to advertise.  block_min is the alignment, or for an image whose
+   * size is not a multiple of it, the largest power of two dividing the
+   * size: the NBD spec wants the size to be a multiple of the minimum.
+   */
+  uint32_t block_min, block_preferred, block_max;
   enum pdio_backend backend;    /* URING or PSYNC, as chosen */
 };
 extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info);
