@@ -1044,8 +1044,9 @@ def check_lines(doc):
         rss = [r["rss_peak_kib"] for r in doc["results"]
                if r["server"] == s and r.get("rss_peak_kib")]
         if rss:
-            lines.append("INFO %-58s %.1f MiB (max over jobs/repetitions; "
-                         "engine bound 2 MiB bounce x worker thread)"
+            lines.append("INFO %-58s %.1f MiB (max over jobs and repetitions;"
+                         " the engine's bound: a 2 MiB bounce arena per "
+                         "worker thread, nbdkit runs 16 per connection)"
                          % ("peak RSS of " + s, max(rss) / 1024))
     return lines, all_ok
 
@@ -1148,10 +1149,24 @@ END = "<!-- bench:end -->"
 
 
 def publish(outdir):
+    """Rewrites the results block of docs/performance.md.  Only a final run
+    (jobs of 10 s or more, at least two repetitions) also replaces the
+    chart in docs/; a shorter one is labelled provisional."""
+    with open(os.path.join(outdir, "results.json")) as f:
+        doc = json.load(f)
+    m = doc["meta"]
+    final = m["runtime_s"] >= 10 and len(reps_of(doc)) >= 2
     md = read_file(os.path.join(outdir, "summary.md"))
     png = os.path.join(outdir, "ratios.png")
-    block = BEGIN + "\n\n" + md.rstrip() + "\n\n"
-    if os.path.exists(png):
+    block = BEGIN + "\n\n"
+    if not final:
+        block += ("**Provisional** (%gs jobs, %d repetition(s), on a busy "
+                  "machine): not one of the final runs; the chart in docs/ "
+                  "is not updated for it.  Chart of this run: "
+                  "bench/results/%s/ratios.png (not committed).\n\n"
+                  % (m["runtime_s"], len(reps_of(doc)), m["run_id"]))
+    block += md.rstrip() + "\n\n"
+    if final and os.path.exists(png):
         shutil.copyfile(png, PERF_PNG)
         block += "![ratios](%s)\n\n" % os.path.basename(PERF_PNG)
     block += END
@@ -1166,7 +1181,8 @@ def publish(outdir):
     with open(PERF_MD, "w") as f:
         f.write(text)
     log("published to %s%s" % (PERF_MD, " and " + PERF_PNG
-                               if os.path.exists(png) else ""))
+                               if final and os.path.exists(png) else
+                               " (provisional: chart not copied)"))
 
 
 def load_results(path):
