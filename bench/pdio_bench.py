@@ -302,6 +302,8 @@ def ensure_image(d, size):
 
 def evict(img, allow_drop_caches=True):
     """Write back and drop the image's pages; returns pages left."""
+    if not os.path.exists(img):
+        return None
     for attempt in range(10):
         fd = os.open(img, os.O_RDONLY)
         try:
@@ -705,6 +707,18 @@ def do_run(args):
                    / 60)))
 
     running = None
+    interrupted = False
+    st = os.stat(img)
+    ident = (st.st_dev, st.st_ino)
+
+    def same_image():
+        # Something on these shared machines has removed /var/tmp/pdio-*
+        # directories mid-run: numbers against a deleted image are void.
+        try:
+            st = os.stat(img)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == ident
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt
@@ -718,8 +732,8 @@ def do_run(args):
             # not always favour the same servers.
             order = all_servers if rep % 2 else list(reversed(all_servers))
             for srv in order:
-                if not os.path.exists(img):
-                    die("%s disappeared during the run" % img)
+                if not same_image():
+                    die("%s was removed or replaced during the run" % img)
                 pages = evict(img)
                 sel = [j for j in jobs if srv.jobs is None or j.name in srv.jobs]
                 if not sel:
@@ -732,6 +746,10 @@ def do_run(args):
                              running.pid if running else "-", pages))
                 for job in sel:
                     row = run_job(job, srv, running, args, img, size, fiodir)
+                    if not same_image():
+                        die("%s was removed or replaced during %s/%s; "
+                            "results so far in %s" % (img, srv.name,
+                                                      job.name, outdir))
                     row["rep"] = rep
                     row["cache_pages_at_start"] = pages
                     doc["results"].append(row)
@@ -742,6 +760,7 @@ def do_run(args):
                     running = None
                 save(doc, outdir)
     except KeyboardInterrupt:
+        interrupted = True
         log("interrupted; stopping the server and saving what ran")
     finally:
         if running:
@@ -753,6 +772,8 @@ def do_run(args):
     print()
     ok = check(doc)
     log("results in %s" % outdir)
+    if interrupted:
+        return 130
     if args.publish:
         publish(outdir)
     return 0 if ok else 3
