@@ -594,6 +594,15 @@ def run_job(job, srv, running, run, img, size, fiodir):
 # Metadata
 
 
+def file_sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def pkg_version(p):
     return run_out(["dpkg-query", "-W", "-f=${Version}", p]) or None
 
@@ -631,6 +640,11 @@ def metadata(img, size, run):
                       "libnbd0", "liburing2", "util-linux")},
         "pdio_commit": git("rev-parse", "--short", "HEAD"),
         "pdio_src_dirty": bool(dirty),
+        # The engine changes under a long session: say which build ran.
+        "plugin": PLUGIN,
+        "plugin_sha256": file_sha256(PLUGIN)[:16],
+        "plugin_mtime": datetime.datetime.fromtimestamp(
+            os.path.getmtime(PLUGIN)).strftime("%Y-%m-%d %H:%M:%S"),
         "image": img,
         "image_size": size,
         "image_fs": run_out(["findmnt", "-n", "-o", "FSTYPE", "-T", img])
@@ -915,11 +929,13 @@ def summary_md(doc):
                 m["image_size"] // 2**30))
     L.append("- Packages: " + ", ".join("%s %s" % (k, v)
                                          for k, v in pk.items() if v) + ".")
-    L.append("- pdio %s%s; %d repetition(s) of the matrix, each job %gs "
+    L.append("- pdio %s%s (plugin built %s, sha256 %s); %d repetition(s) "
+             "of the matrix, each job %gs "
              "after %gs ramp; load average %.1f at start, %.1f at end "
              "(shared machine: compare same-run ratios only)."
              % (m["pdio_commit"],
                 " (src/ or plugin/ modified)" if m["pdio_src_dirty"] else "",
+                m.get("plugin_mtime", "?"), m.get("plugin_sha256", "?"),
                 len(reps), m["runtime_s"], m["ramp_s"],
                 m["loadavg_start"], m.get("loadavg_end", float("nan"))))
     st = [r["steal_pct"] for r in doc["results"] if "steal_pct" in r]
