@@ -38,6 +38,7 @@
 
 struct op {
   bool busy, write;
+  bool pending;                 /* chosen, waiting for a conflicting op */
   int conn;
   uint64_t off, len;
   uint8_t *buf;
@@ -232,20 +233,24 @@ main (int argc, char *argv[])
     for (int i = 0; i < g.nslots && issued < nops; i++) {
       struct op *op = &g.ops[i];
       nbd_completion_callback cb = { .callback = on_done, .user_data = op };
-      bool write = rng_below (&r, 100) < (uint64_t) wpct;
+      bool write;
       int64_t cookie;
-      int tries;
 
       if (op->busy)
         continue;
-      for (tries = 0; tries < 50; tries++) {
+      /* A request that overlaps one in flight waits for it rather than
+       * being moved elsewhere: moving would starve the busiest places,
+       * which are the interesting ones.
+       */
+      if (!op->pending) {
+        op->write = rng_below (&r, 100) < (uint64_t) wpct;
         pick (&r, lo, hi, &op->off, &op->len);
-        if (!g.verify || !conflicts (op->off, op->len, write))
-          break;
+        op->pending = true;
       }
-      if (tries == 50)
-        break;                  /* wait for something to complete */
-      op->write = write;
+      write = op->write;
+      if (g.verify && conflicts (op->off, op->len, write))
+        continue;
+      op->pending = false;
       op->done = false;
       op->err = 0;
       if (write) {
