@@ -1,7 +1,7 @@
 /* faultfs: a FUSE passthrough of one file that fails chosen requests.
  *
  *   faultfs BACKING MOUNTPOINT [FUSE OPTIONS, e.g. -f]
- *           [--direct-io-reply]
+ *           [--direct-io-reply] [--async-dio] [--trace]
  *
  * The mount holds two files:
  *   image     BACKING's data: read, write, fsync/fdatasync, fallocate and
@@ -17,6 +17,12 @@
  * image with O_DIRECT; the kernel's FUSE then bypasses its page cache and
  * sends each transfer to us (with --direct-io-reply the open reply sets
  * FOPEN_DIRECT_IO too, so even buffered opens go straight through).
+ *
+ * FUSE's asynchronous direct I/O is switched off unless --async-dio is
+ * given: with it, Linux (6.18) turns a short direct write into EIO and, for
+ * io_uring, drops the fsync error of an RWF_DSYNC write from its completion
+ * (it surfaces at the next fdatasync instead), so neither fault could be
+ * injected faithfully.  --trace logs every request and its fate to stderr.
  *
  * Rules:
  *   OP [off=X] [nth=N] [times=K] ACTION
