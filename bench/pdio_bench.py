@@ -1005,7 +1005,7 @@ def check_lines(doc):
         """vals: per-repetition measured values vs threshold thr."""
         nonlocal all_ok
         if not vals:
-            lines.append("%-4s %-58s no data" % ("MISS", name))
+            lines.append("%-4s %-58s not measured in this run" % ("n/a", name))
             all_ok = False
             return
         ok = [(v >= thr) if higher else (v <= thr) for v in vals]
