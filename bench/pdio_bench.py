@@ -1259,8 +1259,9 @@ def main():
     p.add_argument("--no-perf", dest="perf", action="store_false",
                    help="do not count server context switches with perf")
     p.add_argument("--publish", action="store_true",
-                   help="write the summary into docs/performance.md and "
-                        "the chart to docs/ (final runs only)")
+                   help="write the summary into docs/performance.md "
+                        "(and the chart into docs/ for final runs: 10 s "
+                        "jobs, 2+ repetitions)")
     p.add_argument("--check", nargs="?", const="", metavar="RESULTS",
                    help="evaluate the targets from a results.json or run "
                         "directory (default: the latest run); no benchmark")
