@@ -26,6 +26,9 @@
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
+#ifndef FUSE_SUPER_MAGIC
+#define FUSE_SUPER_MAGIC 0x65735546
+#endif
 
 /* Page slots one thread needs: the largest request plus a full bounce. */
 #define PAGES_CAP ((PDIO_MAX_REQUEST + BOUNCE_CAP) / DIO_PAGE_SIZE + 8)
@@ -119,7 +122,6 @@ engine_ctx (struct pdio_image *img)
     return NULL;
   t->img = img;
   t->io.fd = img->fd;
-  t->io.read_align = img->geo.read_align;
   t->io.counters = &img->stats.io;
   t->io.backend = &backend_psync;
   t->io.pages_cap = PAGES_CAP;
@@ -197,7 +199,9 @@ read_partial_blocks (struct pdio_image *img, struct io_ctx *ctx,
 
     dio_args_map (&d[i], ctx->pages + used, mem, align, c->rmw[i].file_off);
     used += d[i].nr_pages;
-    ops[i] = (struct io_op) { .write = false, .segs = &d[i], .nsegs = 1 };
+    ops[i] = (struct io_op) {
+      .write = false, .align = align, .segs = &d[i], .nsegs = 1,
+    };
   }
   r = io_run (ctx, ops, c->nrmw);
   if (r < 0)
@@ -279,7 +283,8 @@ transfer_chunk (struct pdio_image *img, struct io_ctx *ctx,
     file_off += c->seg[i].len;
   }
   op = (struct io_op) {
-    .write = req->write, .rw_flags = rw_flags, .segs = d, .nsegs = c->nseg,
+    .write = req->write, .rw_flags = rw_flags, .align = align, .segs = d,
+    .nsegs = c->nseg,
   };
   r = io_run (ctx, &op, 1);
   if (r < 0)
@@ -358,6 +363,7 @@ write_tail (struct pdio_image *img, const char *buf, size_t count,
             uint64_t offset, unsigned flags)
 {
   uint64_t page = round_down (offset, GEOMETRY_PAGE);
+  uint64_t page_end = round_up (offset + count, GEOMETRY_PAGE);
   size_t done = 0;
 
   while (done < count) {
@@ -369,14 +375,14 @@ write_tail (struct pdio_image *img, const char *buf, size_t count,
       return r < 0 ? -errno : -EIO;
     done += r;
   }
-  if (sync_file_range (img->tail_fd, page, offset + count - page,
+  if (sync_file_range (img->tail_fd, page, page_end - page,
                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                        SYNC_FILE_RANGE_WAIT_AFTER) == -1)
     return -errno;
   if ((flags & PDIO_FUA) && fdatasync (img->fd) == -1)
     return -errno;
-  posix_fadvise (img->tail_fd, page, offset + count - page,
-                 POSIX_FADV_DONTNEED);
+  /* Whole pages: DONTNEED keeps a partial page unless it ends the file. */
+  posix_fadvise (img->tail_fd, page, page_end - page, POSIX_FADV_DONTNEED);
   COUNT (img, tail_writes, 1);
   return 0;
 }
@@ -433,6 +439,13 @@ int
 engine_check_file (struct pdio_image *img, uint64_t end)
 {
   struct stat st;
+
+  /* A direct write ends at the next aligned offset, tail writes at the
+   * image's size.
+   */
+  end = round_up (end, img->geo.offset_align);
+  if (end > img->geo.size)
+    end = img->geo.size;
 
   if (img->geo.blockdev)
     return 0;
@@ -668,15 +681,23 @@ check_direct_read (struct pdio_image *img, const struct stat *st)
   return 0;
 }
 
+/* Filesystems that need special care, from their magic number. */
 static void
-warn_tmpfs (struct pdio_image *img)
+check_filesystem (struct pdio_image *img)
 {
   struct statfs sfs;
 
-  if (fstatfs (img->fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC)
+  if (fstatfs (img->fd, &sfs) == -1)
+    return;
+  if (sfs.f_type == TMPFS_MAGIC)
     engine_warning (img, "%s: is on tmpfs, which keeps file data in "
-                  "memory anyway: O_DIRECT cannot keep it out of RAM",
-                  img->file);
+                    "memory anyway: O_DIRECT cannot keep it out of RAM",
+                    img->file);
+  /* On FUSE, Linux (seen on 6.18) lets io_uring retry a short direct
+   * transfer at its original offset, corrupting data, and drops the sync
+   * error of an RWF_DSYNC write: use psync and write + fdatasync for FUA.
+   */
+  img->on_fuse = sfs.f_type == FUSE_SUPER_MAGIC;
 }
 
 static int
@@ -685,6 +706,12 @@ choose_backend (struct pdio_image *img, enum pdio_backend want)
   int r;
 
   if (want == PDIO_BACKEND_PSYNC) {
+    img->backend = PDIO_BACKEND_PSYNC;
+    return 0;
+  }
+  if (want == PDIO_BACKEND_DEFAULT && img->on_fuse) {
+    engine_warning (img, "%s: is on FUSE, where io_uring mishandles short "
+                    "direct transfers: using backend=psync", img->file);
     img->backend = PDIO_BACKEND_PSYNC;
     return 0;
   }
@@ -760,7 +787,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   r = check_direct_read (img, &st);
   if (r < 0)
     goto fail;
-  warn_tmpfs (img);
+  check_filesystem (img);
   r = lock_image (img);
   if (r < 0)
     goto fail;

@@ -31,6 +31,7 @@ struct pdio_image {
                                    tail of the image; -1 if there is none */
   struct geometry geo;
   bool readonly;
+  bool on_fuse;                 /* see check_filesystem() */
   enum pdio_backend backend;    /* URING or PSYNC */
   uint64_t direct_end;          /* writes at or past this use tail_fd */
   size_t bounce_cap;            /* bounce bytes per chunk (BOUNCE_CAP) */

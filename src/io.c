@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdint.h>
 
 #include <string.h>
 
@@ -16,6 +17,8 @@ static int
 account (struct io_ctx *ctx, struct io_op *op, size_t total, ssize_t res,
          unsigned *retries)
 {
+  size_t reached, resume;
+
   if (res == -EINTR || res == -EAGAIN) {
     if (++*retries > IO_MAX_RETRIES) {
       op->err = -EIO;
@@ -33,16 +36,30 @@ account (struct io_ctx *ctx, struct io_op *op, size_t total, ssize_t res,
       op->err = -EIO;
     return 1;
   }
-  op->done += res;
-  if (op->done >= total)
+  reached = op->done + res;
+  if (reached >= total) {
+    op->done = total;
     return 1;
-  /* O_DIRECT cannot continue a read from an unaligned offset: a short read
-   * ending there stopped at end of file.
+  }
+  /* segs[0].offset is aligned, so resuming at an aligned byte count keeps
+   * the next transfer aligned.
    */
-  if (!op->write && (op->segs[0].offset + op->done) % ctx->read_align)
+  resume = reached - reached % op->align;
+  if (resume > op->done) {
+    op->done = resume;
+    atomic_fetch_add_explicit (&ctx->counters->short_io, 1,
+                               memory_order_relaxed);
+    return 0;
+  }
+  if (!op->write && op->stalled_at == reached) {
+    op->done = reached;         /* end of file inside this block */
     return 1;
-  atomic_fetch_add_explicit (&ctx->counters->short_io, 1,
-                             memory_order_relaxed);
+  }
+  op->stalled_at = reached;
+  if (++*retries > IO_MAX_RETRIES) {
+    op->err = -EIO;
+    return 1;
+  }
   return 0;
 }
 
@@ -59,8 +76,10 @@ io_run (struct io_ctx *ctx, struct io_op *ops, unsigned nops)
 
   assert (nops <= IO_MAX_OPS);
   for (i = 0; i < nops; i++) {
+    assert (ops[i].align && ops[i].segs[0].offset % ops[i].align == 0);
     ops[i].done = 0;
     ops[i].err = 0;
+    ops[i].stalled_at = SIZE_MAX;
     total[i] = dio_args_total (ops[i].segs, ops[i].nsegs);
     finished[i] = total[i] == 0;
   }

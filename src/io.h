@@ -3,8 +3,12 @@
  *
  * Short transfers are resubmitted for the remainder with the accumulated
  * offset (the remainder is rebuilt from the dio_args and a byte count, never
- * by advancing them); EINTR and EAGAIN are retried; a read that ends at end
- * of file reports how far it got and the caller zero-fills the rest.
+ * by advancing them).  A transfer that stopped off the alignment resumes
+ * from the last aligned byte it reached (direct I/O cannot start anywhere
+ * else; the partial block is simply transferred again).  EINTR and EAGAIN
+ * are retried.  A read that twice stops at the same place without aligned
+ * progress has reached end of file (once may be a filesystem's short
+ * read): it reports how far it got and the caller zero-fills the rest.
  */
 #ifndef PDIO_IO_H
 #define PDIO_IO_H
@@ -68,7 +72,6 @@ struct io_ctx {
   const struct io_backend *backend;
   void *backend_state;
   int fd;                       /* the image, opened O_DIRECT */
-  uint32_t read_align;          /* a short read ending off this is EOF */
   struct io_counters *counters;
   struct bounce bounce;
   bool bounce_canary;           /* fill free bounce memory with PDIO_CANARY */
@@ -81,10 +84,13 @@ struct io_ctx {
 struct io_op {
   bool write;
   int rw_flags;
+  uint32_t align;               /* of the file offsets, for resuming */
   const struct dio_args *segs;
   unsigned nsegs;
   size_t done;                  /* out: bytes transferred */
   int err;                      /* out: 0 or -errno */
+  size_t stalled_at;            /* internal: where a read last stopped
+                                   without aligned progress */
 };
 
 /* Runs ops[0..nops) (nops <= IO_MAX_OPS) together.  Returns 0 if every op

@@ -57,4 +57,20 @@ start_server "$tmp/align4k.log" "$PLUGIN" file="$img4k" align=4096
 nbdinfo --json "$uri" > "$tmp/align4k.json"
 stop_server
 check_sizes "$tmp/align4k.json" 4096
+
+# Sizes that are not a multiple of the alignment: clients may only send
+# whole minimum blocks and must still reach the last byte, so the minimum
+# becomes the largest power of two dividing the size.
+for case in $((4 * 1024 * 1024 + 1536)):4096:512 \
+            $((4 * 1024 * 1024 + 1234)):512:2 \
+            $((4 * 1024 * 1024 + 1)):512:1; do
+    size=${case%%:*} rest=${case#*:}
+    align=${rest%%:*} want=${rest#*:}
+    make_image "$tmp/odd-$size" "$size" 7
+    start_server "$tmp/odd-$size.log" "$PLUGIN" file="$tmp/odd-$size" align="$align"
+    nbdinfo --json "$uri" > "$tmp/odd-$size.json"
+    stop_server
+    echo "size $size, align=$align:"
+    check_sizes "$tmp/odd-$size.json" "$want"
+done
 echo "advertised as the contract says"

@@ -10,8 +10,10 @@ make_tmpdir
 pick_seed
 
 # Its own image: serving the same one again right after is restart.sh's
-# business, not this test's.
-make_image "$tmp/info.img" $((1024 * 1024 + 1234)) "$seed"
+# business, not this test's.  A size that is a multiple of 4096: an odd
+# size advertises the largest power of two dividing it instead (clients
+# may only send whole minimum blocks), which advertise.sh checks.
+make_image "$tmp/info.img" $((1024 * 1024 + 8192)) "$seed"
 start_server "$tmp/info.log" "$PLUGIN" file="$tmp/info.img" align=4096
 nbdinfo --json "$uri" > "$tmp/info.json"
 stop_server

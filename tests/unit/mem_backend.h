@@ -15,7 +15,8 @@ struct mem_disk {
   unsigned char *data;
   size_t size;                  /* reads stop here, like end of file */
   uint32_t align, mem_align;
-  unsigned short_every;         /* every Nth transfer comes back short */
+  unsigned short_every;         /* every Nth transfer comes back short,
+                                   by whole blocks or not */
   unsigned eagain_every;        /* every Nth transfer fails with EAGAIN */
   unsigned long transfers;
   unsigned long violations;     /* alignment rules broken (must stay 0) */

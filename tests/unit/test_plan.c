@@ -186,7 +186,6 @@ sim_init (struct sim *sim, const struct geom *g)
   sim->disk.mem_align = g->mem_align;
   sim->ctx.backend = &mem_backend;
   sim->ctx.backend_state = &sim->disk;
-  sim->ctx.read_align = g->align;
   sim->ctx.counters = &sim->img.stats.io;
   sim->ctx.pages_cap = (DISK_SIZE + BOUNCE_CAP) / DIO_PAGE_SIZE + 8;
   sim->ctx.pages = calloc (sim->ctx.pages_cap, sizeof (void *));
