@@ -35,40 +35,19 @@
 
 /* ---- messages ---------------------------------------------------------- */
 
-static void
-vlog (void (*fn) (const char *, va_list), const char *fmt, va_list args)
-{
-  if (fn)
-    fn (fmt, args);
-}
-
 void
-engine_error (const struct pdio_image *img, const char *fmt, ...)
+engine_log (const struct pdio_image *img, enum engine_log_level level,
+            const char *fmt, ...)
 {
+  void (*fn) (const char *, va_list) =
+    level == ENGINE_LOG_ERROR ? img->log.error :
+    level == ENGINE_LOG_WARNING ? img->log.warning : img->log.debug;
   va_list args;
 
+  if (fn == NULL)
+    return;
   va_start (args, fmt);
-  vlog (img->log.error, fmt, args);
-  va_end (args);
-}
-
-void
-engine_warning (const struct pdio_image *img, const char *fmt, ...)
-{
-  va_list args;
-
-  va_start (args, fmt);
-  vlog (img->log.warning, fmt, args);
-  va_end (args);
-}
-
-void
-engine_debug (const struct pdio_image *img, const char *fmt, ...)
-{
-  va_list args;
-
-  va_start (args, fmt);
-  vlog (img->log.debug, fmt, args);
+  fn (fmt, args);
   va_end (args);
 }
 
@@ -463,6 +442,28 @@ engine_check_file (struct pdio_image *img, uint64_t end)
 }
 
 int
+engine_begin_write (struct pdio_image *img, uint64_t offset, uint64_t count,
+                    struct range_lock_entry *lock, struct io_ctx **ctxp)
+{
+  int r;
+
+  if (img->readonly)
+    return -EPERM;
+  if (offset > img->geo.size || count > img->geo.size - offset)
+    return -ENOSPC;
+  if (count == 0)
+    return 1;
+  *ctxp = engine_ctx (img);
+  if (*ctxp == NULL)
+    return -errno;
+  r = engine_check_file (img, offset + count);
+  if (r < 0)
+    return r;
+  engine_lock_write (img, lock, offset, count);
+  return 0;
+}
+
+int
 pdio_write (struct pdio_image *img, const void *buf, size_t count,
             uint64_t offset, unsigned flags)
 {
@@ -470,22 +471,12 @@ pdio_write (struct pdio_image *img, const void *buf, size_t count,
   struct io_ctx *ctx;
   int r;
 
-  if (img->readonly)
-    return -EPERM;
-  if (offset > img->geo.size || count > img->geo.size - offset)
-    return -ENOSPC;
   if (count > PDIO_MAX_REQUEST)
     return -EINVAL;
-  if (count == 0)
-    return 0;
-  ctx = engine_ctx (img);
-  if (ctx == NULL)
-    return -errno;
+  r = engine_begin_write (img, offset, count, &lock, &ctx);
+  if (r != 0)
+    return r < 0 ? r : 0;
   COUNT (img, writes, 1);
-  r = engine_check_file (img, offset + count);
-  if (r < 0)
-    return r;
-  engine_lock_write (img, &lock, offset, count);
   r = engine_write_locked (img, ctx, buf, count, offset, flags);
   range_lock_release (&img->lock, &lock);
   return r;

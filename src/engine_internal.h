@@ -51,15 +51,26 @@ struct pdio_image {
 #define COUNT(img, field, n) \
   atomic_fetch_add_explicit (&(img)->stats.field, (n), memory_order_relaxed)
 
-extern void engine_error (const struct pdio_image *img, const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
-extern void engine_warning (const struct pdio_image *img, const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
-extern void engine_debug (const struct pdio_image *img, const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
+enum engine_log_level { ENGINE_LOG_ERROR, ENGINE_LOG_WARNING, ENGINE_LOG_DEBUG };
+extern void engine_log (const struct pdio_image *img,
+                        enum engine_log_level level, const char *fmt, ...)
+  __attribute__ ((format (printf, 3, 4)));
+#define engine_error(img, ...) engine_log (img, ENGINE_LOG_ERROR, __VA_ARGS__)
+#define engine_warning(img, ...) \
+  engine_log (img, ENGINE_LOG_WARNING, __VA_ARGS__)
+#define engine_debug(img, ...) engine_log (img, ENGINE_LOG_DEBUG, __VA_ARGS__)
 
 /* This thread's context, created on first use; NULL with errno on failure. */
 extern struct io_ctx *engine_ctx (struct pdio_image *img);
+
+/* The start of every write, zero: refuses a read-only or shrunk image and
+ * ranges past its end, gets this thread's context and takes the range
+ * lock.  0 (locked: release img->lock with *lock), 1 (nothing to do, not
+ * locked) or -errno.
+ */
+extern int engine_begin_write (struct pdio_image *img, uint64_t offset,
+                               uint64_t count, struct range_lock_entry *lock,
+                               struct io_ctx **ctxp);
 
 /* Locks the range a write of [offset, offset+count) may touch. */
 extern void engine_lock_write (struct pdio_image *img,

@@ -138,19 +138,9 @@ pdio_zero (struct pdio_image *img, size_t count, uint64_t offset,
   struct io_ctx *ctx;
   int r;
 
-  if (img->readonly)
-    return -EPERM;
-  if (offset > img->geo.size || count > img->geo.size - offset)
-    return -ENOSPC;
-  if (count == 0)
-    return 0;
-  ctx = engine_ctx (img);
-  if (ctx == NULL)
-    return -errno;
-  r = engine_check_file (img, offset + count);
-  if (r < 0)
-    return r;
-  engine_lock_write (img, &lock, offset, count);
+  r = engine_begin_write (img, offset, count, &lock, &ctx);
+  if (r != 0)
+    return r < 0 ? r : 0;
   r = zero_locked (img, ctx, offset, count, flags);
   if (r == 0 && (flags & PDIO_FUA) && fdatasync (img->fd) == -1)
     r = -errno;
