@@ -21,12 +21,12 @@ secs=${PDIO_FUZZ_SECONDS:-60}
 n=$(find "$corpus" -type f | wc -l)
 [ "$n" -gt 0 ] || hard_error "the seed corpus $corpus is empty"
 artifacts=$TESTS_BUILDDIR/robust/fuzz-artifacts
-mkdir -p "$artifacts"
 
 show_crash ()
 {
     for f in "$tmp"/crash-* "$tmp"/leak-* "$tmp"/timeout-* "$tmp"/oom-*; do
         [ -e "$f" ] || continue
+        mkdir -p "$artifacts"
         cp "$f" "$artifacts/"
         echo "--- $(basename "$f") (kept in $artifacts):"
         od -An -tx1 "$f"
