@@ -37,17 +37,7 @@
 #include <unistd.h>
 
 #include "engine.h"
-
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      fprintf (stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, \
-               #cond);                                                  \
-      fprintf (stderr, __VA_ARGS__);                                    \
-      fprintf (stderr, "\n");                                           \
-      exit (1);                                                         \
-    }                                                                   \
-  } while (0)
+#include "../unit/unit.h"
 
 #define WRITERS 6
 #define STRIPE 61
