@@ -7,9 +7,11 @@
  */
 #include <config.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,6 +618,60 @@ open_image (struct pdio_image *img, const struct pdio_config *cfg,
   return 0;
 }
 
+/* Who holds an OFD lock on the file st?  /proc/locks shows OFD locks with
+ * no pid, but each holder's /proc/PID/fdinfo/FD lists the locks on that fd.
+ * Writes "pid N (comm)" to buf, or leaves it empty.
+ */
+static void
+find_lock_holder (const struct stat *st, char *buf, size_t len)
+{
+  char want[64], path[64 + 2 * NAME_MAX], line[256];
+  DIR *procs, *fds;
+  struct dirent *p, *f;
+
+  buf[0] = '\0';
+  snprintf (want, sizeof want, " %02x:%02x:%lu ", major (st->st_dev),
+            minor (st->st_dev), (unsigned long) st->st_ino);
+  procs = opendir ("/proc");
+  if (procs == NULL)
+    return;
+  while (!buf[0] && (p = readdir (procs)) != NULL) {
+    if (p->d_name[0] < '1' || p->d_name[0] > '9')
+      continue;
+    snprintf (path, sizeof path, "/proc/%s/fdinfo", p->d_name);
+    fds = opendir (path);
+    if (fds == NULL)
+      continue;
+    while (!buf[0] && (f = readdir (fds)) != NULL) {
+      FILE *fp;
+
+      snprintf (path, sizeof path, "/proc/%s/fdinfo/%s", p->d_name,
+                f->d_name);
+      fp = fopen (path, "re");
+      if (fp == NULL)
+        continue;
+      while (fgets (line, sizeof line, fp))
+        if (strstr (line, "OFDLCK") && strstr (line, want)) {
+          char comm[64] = "?";
+          FILE *cp;
+
+          snprintf (path, sizeof path, "/proc/%s/comm", p->d_name);
+          cp = fopen (path, "re");
+          if (cp) {
+            if (fscanf (cp, "%63s", comm) != 1)
+              snprintf (comm, sizeof comm, "?");
+            fclose (cp);
+          }
+          snprintf (buf, len, "pid %d (%s)", atoi (p->d_name), comm);
+          break;
+        }
+      fclose (fp);
+    }
+    closedir (fds);
+  }
+  closedir (procs);
+}
+
 /* Two writers on one image destroy it: hold an open-file-description lock,
  * exclusive when writable, shared when read-only, as qemu does.
  */
@@ -630,8 +686,14 @@ lock_image (struct pdio_image *img)
   if (fcntl (img->fd, F_OFD_SETLK, &fl) == 0)
     return 0;
   if (errno == EAGAIN || errno == EACCES) {
-    engine_error (img, "%s: is in use: another process holds a %s lock on "
-                  "it (is it already served or attached?)", img->file,
+    struct stat st;
+    char holder[128] = "";
+
+    if (fstat (img->fd, &st) == 0)
+      find_lock_holder (&st, holder, sizeof holder);
+    engine_error (img, "%s: is in use: %s%s holds a %s lock on it (is it "
+                  "already served or attached?)", img->file,
+                  holder[0] ? "" : "another process", holder,
                   img->readonly ? "write" : "read or write");
     return -EBUSY;
   }
