@@ -369,3 +369,39 @@ report_mismatch (const char *what, uint64_t base,
     }
   return first;
 }
+
+static const struct {
+  const char *name;
+  int err;
+} errnames[] = {
+  { "EPERM", EPERM }, { "EIO", EIO }, { "ENOMEM", ENOMEM },
+  { "EINVAL", EINVAL }, { "ENOSPC", ENOSPC }, { "EOVERFLOW", EOVERFLOW },
+  { "ENOTSUP", ENOTSUP }, { "ESHUTDOWN", ESHUTDOWN }, { "ERANGE", ERANGE },
+};
+
+int
+parse_errname (const char *s)
+{
+  for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
+    if (strcmp (s, errnames[i].name) == 0)
+      return errnames[i].err;
+  hard_error ("unknown errno name '%s'", s);
+}
+
+const char *
+errname (int err)
+{
+  for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
+    if (errnames[i].err == err)
+      return errnames[i].name;
+  return strerror (err);
+}
+
+bool
+has_word (char **f, int n, int from, const char *word)
+{
+  for (int i = from; i < n; i++)
+    if (strcmp (f[i], word) == 0)
+      return true;
+  return false;
+}

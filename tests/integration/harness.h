@@ -37,6 +37,14 @@ extern void fail_exit (int status) __attribute__ ((noreturn));
  */
 extern void track_handles (struct nbd_handle **hs, int n);
 
+/* Errno names as request scripts spell them ("EIO", "ENOSPC", ...):
+ * parse_errname() exits on an unknown name; errname() falls back to
+ * strerror().  has_word(): is word among f[from..n)?
+ */
+extern int parse_errname (const char *s);
+extern const char *errname (int err);
+extern bool has_word (char **f, int n, int from, const char *word);
+
 extern void *xmalloc (size_t n);
 extern void *xcalloc (size_t n, size_t size);
 extern uint64_t parse_u64 (const char *s, const char *what);

@@ -31,42 +31,6 @@
 
 #define MAX_FIELDS 8
 
-static const struct {
-  const char *name;
-  int err;
-} errnames[] = {
-  { "EPERM", EPERM }, { "EIO", EIO }, { "ENOMEM", ENOMEM },
-  { "EINVAL", EINVAL }, { "ENOSPC", ENOSPC }, { "EOVERFLOW", EOVERFLOW },
-  { "ENOTSUP", ENOTSUP }, { "ESHUTDOWN", ESHUTDOWN },
-};
-
-static int
-parse_errname (const char *s)
-{
-  for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
-    if (strcmp (s, errnames[i].name) == 0)
-      return errnames[i].err;
-  hard_error ("unknown errno name '%s'", s);
-}
-
-static const char *
-errname (int err)
-{
-  for (size_t i = 0; i < sizeof errnames / sizeof errnames[0]; i++)
-    if (errnames[i].err == err)
-      return errnames[i].name;
-  return strerror (err);
-}
-
-static bool
-has_word (char **f, int n, int from, const char *word)
-{
-  for (int i = from; i < n; i++)
-    if (strcmp (f[i], word) == 0)
-      return true;
-  return false;
-}
-
 /* Extents of a map request, merged as they arrive. */
 struct map {
   uint64_t off, len;            /* the pending extent */
