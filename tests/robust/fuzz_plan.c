@@ -60,6 +60,7 @@
 #include "engine_internal.h"
 #include "mem_backend.h"
 #include "plan.h"
+#include "plan_check.h"
 
 #define DISK ((size_t) 512 << 10)
 #define GUARD ((size_t) 64 << 10)
@@ -106,23 +107,6 @@ static uint64_t
 rup (uint64_t x, uint64_t a)
 {
   return (x + a - 1) / a * a;
-}
-
-/* File offset of bounce byte b in chunk c, or UINT64_MAX if unmapped. */
-static uint64_t
-bounce_file_off (const struct plan_chunk *c, size_t b)
-{
-  uint64_t pos = c->file_off;
-
-  for (unsigned s = 0; s < c->nseg; s++) {
-    const struct plan_seg *seg = &c->seg[s];
-
-    if (seg->mem == PLAN_MEM_BOUNCE && b >= seg->mem_off &&
-        b < seg->mem_off + seg->len)
-      return pos + (b - seg->mem_off);
-    pos += seg->len;
-  }
-  return UINT64_MAX;
 }
 
 struct ival {

@@ -29,6 +29,7 @@
 #include "engine_internal.h"
 #include "mem_backend.h"
 #include "plan.h"
+#include "plan_check.h"
 #include "unit.h"
 
 #define DISK_SIZE ((size_t) 96 << 10)
@@ -41,24 +42,6 @@ struct geom {
 };
 
 static unsigned long cases, chunks_direct, chunks_bounced;
-
-/* File offset of bounce byte b in chunk c, or UINT64_MAX if none. */
-static uint64_t
-bounce_file_off (const struct plan_chunk *c, size_t b)
-{
-  uint64_t pos = c->file_off;
-  unsigned s;
-
-  for (s = 0; s < c->nseg; s++) {
-    const struct plan_seg *seg = &c->seg[s];
-
-    if (seg->mem == PLAN_MEM_BOUNCE && b >= seg->mem_off &&
-        b < seg->mem_off + seg->len)
-      return pos + (b - seg->mem_off);
-    pos += seg->len;
-  }
-  return UINT64_MAX;
-}
 
 static void
 check_chunk (const struct plan_request *req, const struct plan_limits *lim,
