@@ -72,6 +72,13 @@ class Server:
         self.export = export
 
 
+def pdio_threads_server(img, threads):
+    return Server("pdio-t%d" % threads,
+                  "pdio backend=io_uring, nbdkit --threads=%d" % threads,
+                  "nbdkit", ["--threads=%d" % threads, PLUGIN, "file=" + img,
+                             "backend=io_uring"])
+
+
 def servers(img, size):
     return [
         Server("raw", "fio io_uring direct=1 on the image (no NBD)", "raw"),
@@ -85,9 +92,7 @@ def servers(img, size):
         # worker thread, 16 per connection by default, so a single
         # connection at QD32 keeps only 16 at the disk.  This row shows
         # what twice the threads buys.
-        Server("pdio-t32", "pdio backend=io_uring, nbdkit --threads=32",
-               "nbdkit",
-               ["--threads=32", PLUGIN, "file=" + img, "backend=io_uring"]),
+        pdio_threads_server(img, 32),
         # pdio advertises minimum=align, and libnbd (fio's nbd engine)
         # refuses requests below the advertised minimum, so the
         # blocksize-policy filter advertises 512 instead: the misaligned
@@ -114,6 +119,10 @@ def servers(img, size):
 
 QEMU_ROWS = ("qemu-native", "qemu-uring")
 PDIO_ROWS = ("pdio", "pdio-psync", "pdio-t32", "pdio-a4k")
+
+
+def is_pdio_row(name):
+    return name in PDIO_ROWS or re.fullmatch(r"pdio-t\d+", name) is not None
 
 # --------------------------------------------------------------------------
 # Small helpers
@@ -684,6 +693,12 @@ def do_run(args):
     names = [s.name for s in all_servers]
     if args.servers:
         want = args.servers.split(",")
+        # pdio-tN (any N): pdio with nbdkit --threads=N, for thread sweeps.
+        for w in want:
+            m = re.fullmatch(r"pdio-t(\d+)", w)
+            if m and w not in names:
+                all_servers.append(pdio_threads_server(img, int(m.group(1))))
+                names.append(w)
         bad = [w for w in want if w not in names]
         if bad:
             die("unknown server(s) %s; known: %s" % (bad, ", ".join(names)))
@@ -1062,7 +1077,7 @@ def check_lines(doc):
                     val(r, "pdio-a4k", "rw4k-qd32")), 0.5)
 
     # Page cache: every pdio job, every repetition.
-    rows = [r for r in doc["results"] if r["server"] in PDIO_ROWS]
+    rows = [r for r in doc["results"] if is_pdio_row(r["server"])]
     cached = [r for r in rows if r.get("cache_pages") != 0]
     tag = "PASS" if rows and not cached else "MISS"
     all_ok = all_ok and tag == "PASS"
