@@ -1,0 +1,122 @@
+#!/bin/bash
+# bench/syscalls.sh — what one I/O costs a server, in counts: context
+# switches and system calls per I/O, counted with perf on the server's PID
+# over the middle of a fio run.  Counts do not move with the host's load the
+# way IOPS and CPU time do, so this is the tool for before/after comparisons
+# of the data path (docs/performance.md, "Where pdio's time goes").
+#
+# Usage: bench/syscalls.sh [--job rr|rw|rr4x8] [--seconds S] SERVER...
+#   SERVER: pdio, pdio-psync, pdio-tN (nbdkit --threads=N), null,
+#           qemu-native, qemu-uring
+#   --job   4k randread QD32 (rr, default), 4k randwrite QD32 (rw),
+#           4k randread over 4 connections x QD8 (rr4x8)
+# Uses the benchmark's image (BENCH_DIR, default /var/tmp/pdio-bench; run
+# bench/run.sh once first) and the build tree's plugin.  Run as root.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+plugin=${PDIO_PLUGIN:-$here/../plugin/.libs/pdio.so}
+dir=${BENCH_DIR:-/var/tmp/pdio-bench}
+img=$dir/disk.img
+job=rr seconds=4
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --job) job=$2; shift ;;
+    --seconds) seconds=$2; shift ;;
+    -h|--help) sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+    -*) echo "syscalls.sh: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+    esac
+    shift
+done
+[ $# -gt 0 ] || { echo "syscalls.sh: name at least one server" >&2; exit 2; }
+[ -f "$img" ] || { echo "syscalls.sh: $img is missing: run bench/run.sh once" >&2; exit 1; }
+command -v perf >/dev/null || { echo "syscalls.sh: perf is missing (apt-get install linux-perf)" >&2; exit 1; }
+
+case $job in
+rr) fio_job="--rw=randread --iodepth=32" ;;
+rw) fio_job="--rw=randwrite --iodepth=32" ;;
+rr4x8) fio_job="--rw=randread --iodepth=8 --numjobs=4 --group_reporting" ;;
+*) echo "syscalls.sh: unknown job $job" >&2; exit 2 ;;
+esac
+
+work=$(mktemp -d /tmp/pdio-syscalls.XXXXXX)
+pid=""
+cleanup() {
+    if [ -n "$pid" ]; then
+        kill "$pid" 2>/dev/null || true
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Only the system calls these servers make on their data path.
+calls="io_uring_enter futex read write sendto sendmsg recvfrom recvmsg
+       ppoll poll pread64 pwrite64 preadv2 pwritev2 newfstatat newfstat"
+events=context-switches
+for c in $calls; do
+    [ -d /sys/kernel/tracing/events/syscalls/sys_enter_$c ] &&
+        events="$events,syscalls:sys_enter_$c"
+done
+
+start_server() {  # start_server NAME SOCKET: sets pid
+    local name=$1 sock=$2
+    case $name in
+    qemu-native|qemu-uring)
+        local aio=native
+        [ "$name" = qemu-uring ] && aio=io_uring
+        qemu-nbd -f raw --cache=none --aio=$aio -t -e 16 -k "$sock" "$img" &
+        pid=$! ;;
+    null)
+        nbdkit -U "$sock" -P "$work/pid" null size=$(stat -c %s "$img")
+        pid=$(cat "$work/pid") ;;
+    pdio|pdio-psync|pdio-t*)
+        local args="" backend=io_uring
+        [ "$name" = pdio-psync ] && backend=psync
+        case $name in pdio-t[0-9]*) args="--threads=${name#pdio-t}" ;; esac
+        nbdkit $args -U "$sock" -P "$work/pid" "$plugin" file="$img" backend=$backend
+        pid=$(cat "$work/pid") ;;
+    *) echo "syscalls.sh: unknown server $name" >&2; exit 2 ;;
+    esac
+    for _ in $(seq 50); do
+        nbdinfo --size "nbd+unix:///?socket=$sock" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "syscalls.sh: $name did not answer on $sock" >&2
+    exit 1
+}
+
+for server in "$@"; do
+    sock=$work/$server.sock
+    start_server "$server" "$sock"
+    # fio measures after a 2 s ramp, perf counts from 2 s for $seconds.
+    runtime=$((seconds + 1))
+    fio --name=x --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --bs=4k \
+        $fio_job --time_based --ramp_time=2 --runtime=$runtime --norandommap \
+        --output-format=json --output="$work/fio.json" >/dev/null &
+    fio_pid=$!
+    sleep 2
+    perf stat -x, -e "$events" -p "$pid" -- sleep "$seconds" 2>"$work/perf.txt"
+    wait "$fio_pid"
+    kill "$pid"
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    pid=""
+    python3 - "$server" "$job" "$seconds" "$runtime" "$work/fio.json" "$work/perf.txt" <<'EOF'
+import json, sys
+server, job, seconds, runtime, fio_json, perf_txt = sys.argv[1:]
+text = open(fio_json).read()
+j = json.loads(text[text.index("{"):])["jobs"][0]
+iops = j["read"]["iops"] + j["write"]["iops"]
+n = iops * float(seconds)     # I/Os inside the counted window
+cells = []
+for line in open(perf_txt):
+    f = line.strip().split(",")
+    if len(f) > 2 and f[0].isdigit() and int(f[0]) > 0:
+        cells.append("%s %.2f" % (f[2].replace("syscalls:sys_enter_", ""),
+                                  int(f[0]) / n))
+print("%-12s %-6s %7.0f IOPS  per I/O: %s" % (server, job, iops,
+                                             ", ".join(cells)))
+EOF
+done
