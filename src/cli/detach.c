@@ -62,8 +62,12 @@ parse (int argc, char **argv, struct detach_opts *o)
   return EXIT_OK;
 }
 
+/* nbd-client -d, then wait for the kernel to drop the device.  A device
+ * still mounted (--force) keeps its connection state until it is
+ * unmounted: then only say so.
+ */
 static bool
-disconnect (const char *device, int idx)
+disconnect (const char *device, int idx, bool force)
 {
   char nbd_client[PATH_MAX];
   char *argv[] = { nbd_client, (char *) "-d", (char *) device, NULL };
@@ -81,6 +85,11 @@ disconnect (const char *device, int idx)
     return false;
   }
   for (unsigned t = 0; nbd_connected (idx) || nbd_size (idx); t += 50) {
+    if (force && t >= 2000) {
+      warnf (CMD ": warning: %s: disconnected, but in use: the kernel lets "
+             "go of it when it is closed (unmounted)", device);
+      return true;
+    }
     if (t >= 10000) {
       errorf (CMD ": %s: still connected 10 s after nbd-client -d", device);
       return false;
@@ -101,7 +110,8 @@ detach_one (const struct detach_opts *o, const struct record *r)
             why);
     return EXIT_FAILED;
   }
-  if ((nbd_connected (idx) || nbd_size (idx)) && !disconnect (r->device, idx))
+  if ((nbd_connected (idx) || nbd_size (idx)) &&
+      !disconnect (r->device, idx, o->force))
     return EXIT_FAILED;
   /* The pid is the server's unless it died and the pid was reused. */
   if (pid_alive (r->server_pid) && pid_is_nbdkit (r->server_pid)) {
