@@ -20,6 +20,7 @@ fe_setup ()
         mkdir -p "$fakesys/block/nbd$_n"
         echo 0 > "$fakesys/block/nbd$_n/size"
     done
+    at_exit kill_leftovers
     fake_client=$tmp/fake-nbd-client
     cat > "$fake_client" <<'EOS'
 #!/bin/sh
@@ -38,6 +39,21 @@ echo $((size / 512)) > "$sys/block/$n/size"
 echo "Negotiation: ..size = $((size / 1048576))MB"
 EOS
     chmod +x "$fake_client"
+}
+
+# At exit, even when a test failed half way (or a broken build of pdio
+# left a server behind): stop every process whose command line names this
+# test's directory (servers of its images, pdio serve), by pid.
+kill_leftovers ()
+{
+    _pids=$(pgrep -f -- "$tmp/" || true)
+    [ -n "$_pids" ] || return 0
+    echo "stopping leftover processes: $_pids"
+    # shellcheck disable=SC2086
+    kill -TERM $_pids 2>/dev/null
+    sleep 1
+    # shellcheck disable=SC2086
+    kill -KILL $_pids 2>/dev/null
 }
 
 # with_fakes CMD...: run CMD with the fake sysfs and nbd-client.
