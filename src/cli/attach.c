@@ -173,7 +173,7 @@ static void
 no_driver_message (void)
 {
   errorf (CMD ": the kernel has no nbd driver: run 'modprobe nbd' (no "
-          "%s/module/nbd and no /dev/nbd0)", sysfs ());
+          "%s/module/nbd, no %s/block/nbd0)", sysfs (), sysfs ());
 }
 
 /* Picks the device: the one asked for if it is free, else the first free

@@ -441,9 +441,10 @@ fe_dev() { cat "$STATE/fe.dev"; }
 fe_idx() { d=$(fe_dev); echo "${d#/dev/nbd}"; }
 # The pid of the server pdio's record names.
 fe_pid() { sed -n 's/^server_pid=//p' "/run/pdio/nbd$(fe_idx).rec"; }
-# No pdio state (nbdN.sock/.pid/.rec/.log) left in /run/pdio.
+# No pdio state (nbdN.sock/.pid/.rec/.log) left in /run/pdio; the
+# harness's own nbdkit.pid and nbdkit.rc there are not pdio's.
 fe_no_state() {
-    left=$(ls /run/pdio | grep '^nbd' || true)
+    left=$(ls /run/pdio | grep '^nbd[0-9]' || true)
     [ -z "$left" ] || { echo "left in /run/pdio: $left"; return 1; }
 }
 # The pids of nbdkit processes (the guest's busybox has no pgrep).
