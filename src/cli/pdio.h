@@ -105,7 +105,9 @@ extern int nbd_first_free (const bool *in_use, size_t n_in_use);
 extern bool nbd_busy (int idx, char *buf, size_t len);
 
 /* --- spawn.c: running programs ---------------------------------------------- */
-/* The program's path from $ENV if set, else from PATH; NULL if absent. */
+/* The program's path, from $ENV if set, else from PATH, into buf; false
+ * if it is not there (buf then holds the last path tried).
+ */
 extern bool find_program (const char *env, const char *name, char *buf,
                           size_t len);
 /* Runs argv and waits: its exit status, 128+signal, or -1 if it could not

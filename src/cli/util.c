@@ -14,26 +14,32 @@
  * "pdio attach: /img: No such file or directory".  Callers pass the whole
  * text; this only ends the line.
  */
+static void __attribute__ ((format (printf, 1, 0)))
+vsay (const char *fmt, va_list ap)
+{
+  vfprintf (stderr, fmt, ap);
+  fputc ('\n', stderr);
+}
+
 void
 errorf (const char *fmt, ...)
 {
   va_list ap;
 
   va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
+  vsay (fmt, ap);
   va_end (ap);
-  fputc ('\n', stderr);
 }
 
+/* The same today; separate so that a quiet mode could drop warnings. */
 void
 warnf (const char *fmt, ...)
 {
   va_list ap;
 
   va_start (ap, fmt);
-  vfprintf (stderr, fmt, ap);
+  vsay (fmt, ap);
   va_end (ap);
-  fputc ('\n', stderr);
 }
 
 bool
