@@ -16,6 +16,8 @@ set -u
 
 export PATH=/usr/sbin:/usr/bin:/bb
 export HOME=/root LC_ALL=C
+# pdio(1) finds the plugin under test here.
+export PDIO_PLUGIN=/pdio/pdio.so
 
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -424,6 +426,217 @@ scenario_reference() {
     step "reference: nbd-client -d detaches" detach
     step "reference: fincore on the file plugin's image" fincore_reference
     step "reference: nbdkit exits cleanly after SIGTERM" stop_server
+}
+
+# --- pdio(1), the front end (issue 6) ------------------------------------------------
+# pdio attach/list/detach as a user runs them: the plugin from $PDIO_PLUGIN,
+# state in pdio's own /run/pdio (its files are nbdN.*; the harness's own
+# files in $STATE are other names).  The image is a fresh sparse file.
+FE_IMG=/scratch/fe.img
+FE_IMG2=/scratch/fe2.img
+FE_SIZE=$((256 * 1024 * 1024))
+FE_FILES=60
+
+fe_dev() { cat "$STATE/fe.dev"; }
+fe_idx() { d=$(fe_dev); echo "${d#/dev/nbd}"; }
+# The pid of the server pdio's record names.
+fe_pid() { sed -n 's/^server_pid=//p' "/run/pdio/nbd$(fe_idx).rec"; }
+# No pdio state (nbdN.sock/.pid/.rec/.log) left in /run/pdio; the
+# harness's own nbdkit.pid and nbdkit.rc there are not pdio's.
+fe_no_state() {
+    left=$(ls /run/pdio | grep '^nbd[0-9]' || true)
+    [ -z "$left" ] || { echo "left in /run/pdio: $left"; return 1; }
+}
+# The pids of nbdkit processes (the guest's busybox has no pgrep).
+nbdkit_pids() {
+    for c in /proc/[0-9]*/comm; do
+        if [ "$(cat "$c" 2>/dev/null)" = nbdkit ]; then
+            p=${c%/comm}; echo "${p#/proc/}"
+        fi
+    done
+}
+# No nbdkit process at all.
+fe_no_nbdkit() {
+    left=$(nbdkit_pids)
+    [ -z "$left" ] || { echo "nbdkit still running: $left"; return 1; }
+}
+fe_connected() { [ -f "/sys/block/nbd$1/pid" ]; }
+
+fe_attach() {
+    rm -f "$FE_IMG" "$FE_IMG2"
+    truncate -s "$FE_SIZE" "$FE_IMG"
+    truncate -s "$FE_SIZE" "$FE_IMG2"
+    echo "$FE_IMG" > "$STATE/img"
+    echo fe > "$STATE/tag"
+    pdio attach "$FE_IMG" > "$STATE/fe.dev"
+    cat "$STATE/fe.dev"
+    i=$(fe_idx)
+    fe_connected "$i"
+    size=$(($(cat "/sys/block/nbd$i/size") * 512))
+    lbs=$(cat "/sys/block/nbd$i/queue/logical_block_size")
+    queues=$(ls "/sys/block/nbd$i/mq" | wc -l)
+    pid=$(fe_pid)
+    detail "$(fe_dev), $((size / 1048576)) MiB, logical block $lbs, $queues connection(s), server pid $pid"
+    case $(fe_dev) in /dev/nbd[0-9]*) ;; *) return 1 ;; esac
+    [ "$size" = "$FE_SIZE" ]
+    [ "$lbs" = 512 ]
+    [ "$queues" = 2 ]
+    [ "$(cat "/proc/$pid/comm")" = nbdkit ]
+}
+
+# The columns of the text and the fields of the JSON, against the facts.
+fe_list() {
+    pdio list > "$STATE/fe.list"
+    cat "$STATE/fe.list"
+    pid=$(fe_pid)
+    head -n 1 "$STATE/fe.list" | grep -q '^NAME  *IMAGE  *RO  *CONNS  *BLOCK-SIZE  *DIO-ALIGN  *PID  *CACHED  *STATUS$'
+    [ "$(wc -l < "$STATE/fe.list")" = 2 ]
+    set -- $(sed -n 2p "$STATE/fe.list")
+    [ "$1 $2 $3 $4 $5 $6 $7 $8 $9" = "$(fe_dev) $FE_IMG 0 2 512 512 $pid 0 ok" ]
+    pdio list --json > "$STATE/fe.json"
+    cat "$STATE/fe.json"
+    for kv in "\"name\": \"$(fe_dev)\"" "\"back-file\": \"$FE_IMG\"" '"ro": false' \
+              '"connections": 2' '"block-size": 512' '"dio-align": 512' \
+              "\"size\": $FE_SIZE" "\"pid\": $pid" '"cached": 0' '"status": "ok"'; do
+        grep -qF "$kv" "$STATE/fe.json" || { echo "JSON lacks $kv"; return 1; }
+    done
+    head -n 2 "$STATE/fe.json" | tr -d ' \n' | grep -q '^{"nbddevices":\[$'
+    detail "text and JSON rows match the device, image, pid and 0 bytes cached"
+}
+
+# Attaching the same image again is refused by pdio's record; through a
+# hard link (another path, same file) by the engine's lock, which names
+# the server; and nbdkit pdio on it directly too.  Nothing is left over.
+fe_double() {
+    pid=$(fe_pid)
+    rc=0; pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" = 1 ]
+    grep -q "already attached to $(fe_dev)" "$STATE/fe.err"
+    ln -f "$FE_IMG" /scratch/fe-link.img
+    rc=0; pdio attach /scratch/fe-link.img 2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" = 1 ]
+    grep -q "is in use: pid $pid (nbdkit)" "$STATE/fe.err"
+    rm -f /scratch/fe-link.img
+    rc=0; nbdkit -U /tmp/fe-direct.sock /pdio/pdio.so file="$FE_IMG" --run true \
+        2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" != 0 ]
+    grep -q "is in use: pid $pid (nbdkit)" "$STATE/fe.err"
+    # Still exactly one server and one device; no second record.
+    [ "$(nbdkit_pids)" = "$pid" ]
+    [ "$(ls /run/pdio/*.rec | wc -l)" = 1 ]
+    detail "refused: again (already attached), via a hard link and by nbdkit pdio (both naming pid $pid)"
+}
+
+fe_fs() {
+    mkfs.ext4 -F -q "$(fe_dev)"
+    mount -t ext4 -o noinit_itable "$(fe_dev)" "$MNT"
+    FILES=$FE_FILES     # this step's subshell only
+    write_files
+    umount "$MNT"
+    blockdev --flushbufs "$(fe_dev)"
+    mount -t ext4 "$(fe_dev)" "$MNT"
+    FILES=$FE_FILES
+    verify_files
+}
+
+fe_detach_mounted() {
+    rc=0; pdio detach "$(fe_dev)" 2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" = 1 ]
+    grep -q "is mounted on $MNT" "$STATE/fe.err"
+    fe_connected "$(fe_idx)"
+    mounted
+    detail "refused with: $(cat "$STATE/fe.err")"
+}
+
+fe_detach() {
+    pid=$(fe_pid)
+    umount "$MNT"
+    pdio detach "$(fe_dev)"
+    # (No "! cmd" here: set -e ignores it.)
+    if fe_connected "$(fe_idx)"; then echo "still connected"; return 1; fi
+    [ ! -d "/proc/$pid" ]
+    fe_no_state
+    fe_no_nbdkit
+    pages=$(fincore -rno PAGES "$FE_IMG")
+    detail "server $pid gone, no state left, fincore: $pages pages of $FE_IMG resident"
+    [ "$pages" = 0 ]
+}
+
+# Reattach at once (the lock of the server just stopped must be gone),
+# plus a second image read-only with one connection; then --all.
+fe_detach_all() {
+    d1=$(pdio attach "$FE_IMG")
+    d2=$(pdio attach --read-only --connections 1 "$FE_IMG2")
+    pdio list
+    i1=${d1#/dev/nbd} i2=${d2#/dev/nbd}
+    [ "$(cat "/sys/block/nbd$i2/ro")" = 1 ]
+    [ "$(ls "/sys/block/nbd$i2/mq" | wc -l)" = 1 ]
+    pdio list | grep -q "^$d2  *$FE_IMG2  *1  *1 "
+    pdio detach --all
+    if fe_connected "$i1" || fe_connected "$i2"; then echo "still connected"; return 1; fi
+    fe_no_state
+    fe_no_nbdkit
+    detail "$d1 and $d2 (read-only, 1 connection) attached and detached with --all"
+}
+
+# --force detaches a mounted device (read-only here, so unmounting it
+# afterwards writes nothing): server and state go at once, the kernel
+# lets go of the device when it is unmounted.
+fe_detach_force() {
+    d=$(pdio attach "$FE_IMG")
+    i=${d#/dev/nbd}
+    mount -t ext4 -o ro "$d" "$MNT"
+    pid=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    pdio detach --force "$d"
+    [ ! -d "/proc/$pid" ]
+    fe_no_state
+    fe_no_nbdkit
+    umount "$MNT"
+    n=0
+    while fe_connected "$i"; do
+        n=$((n + 1)); [ $n -lt 100 ] || { echo "$d still connected after umount"; return 1; }
+        sleep 0.1
+    done
+    detail "$d detached while mounted; released after umount"
+}
+
+# nbd-client attaches the device but reports failure: attach must
+# disconnect the device and stop the server it started.
+fe_failed_attach() {
+    cat > /tmp/nbd-client-fails <<'EOS'
+#!/bin/sh
+nbd-client "$@"
+echo "injected failure after: nbd-client $*" >&2
+exit 1
+EOS
+    chmod +x /tmp/nbd-client-fails
+    rc=0
+    PDIO_NBD_CLIENT=/tmp/nbd-client-fails pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" = 1 ]
+    grep -q "injected failure" "$STATE/fe.err"
+    for b in /sys/block/nbd*; do
+        [ ! -f "$b/pid" ] || { echo "$b still connected"; return 1; }
+    done
+    fe_no_state
+    fe_no_nbdkit
+    detail "exit status 1, no device connected, no nbdkit, no state left"
+}
+
+scenario_frontend() {
+    step "frontend: pdio attach prints the device, 512-byte blocks, 2 connections" fe_attach
+    step "frontend: pdio list and list --json show it" fe_list
+    step "frontend: a second attach of the image is refused, the lock names the server" fe_double
+    step "frontend: mkfs.ext4, mount, write files, remount, every checksum verified" fe_fs
+    step "frontend: pdio detach of the mounted device is refused" fe_detach_mounted
+    step "frontend: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
+    step "frontend: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
+    step "frontend: pdio detach --force of a mounted device" fe_detach_force
+    step "frontend: a failed attach leaves no device, no server, no state" fe_failed_attach
 }
 
 # --- the scratch disk -----------------------------------------------------------------

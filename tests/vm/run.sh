@@ -13,9 +13,12 @@
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,xfs,fio,align4096,
-#                       sector4k,reference (default: all, in that order)
+#                       sector4k,reference,frontend (default: all, in that
+#                       order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
+#   --pdio PATH         the pdio(1) program to test (default: the build
+#                       tree's src/cli/pdio)
 #   --timeout SEC       hard limit for the whole guest run (default 1200)
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
@@ -32,8 +35,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,xfs,fio,align4096,sector4k,reference"
+scenarios="ext4,xfs,fio,align4096,sector4k,reference,frontend"
 plugin=${PDIO_PLUGIN:-}
+pdio=""
 timeout=${PDIO_VM_TIMEOUT:-1200}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
 fio_size=${PDIO_VM_FIO_SIZE:-24m}
@@ -50,6 +54,8 @@ while [ $# -gt 0 ]; do
     --scenario=*) scenarios=${1#*=} ;;
     --plugin) plugin=${2:?}; shift ;;
     --plugin=*) plugin=${1#*=} ;;
+    --pdio) pdio=${2:?}; shift ;;
+    --pdio=*) pdio=${1#*=} ;;
     --timeout) timeout=${2:?}; shift ;;
     --timeout=*) timeout=${1#*=} ;;
     --workdir) workdir=${2:?}; shift ;;
@@ -62,7 +68,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|xfs|fio|align4096|sector4k|reference) ;;
+    ext4|xfs|fio|align4096|sector4k|reference|frontend) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
 done
@@ -82,6 +88,11 @@ if [ -z "$plugin" ]; then
 fi
 [ -f "$plugin" ] || bail "plugin not found: $plugin (build first, or pass --plugin)"
 plugin=$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")
+if [ -z "$pdio" ]; then
+    pdio=${PDIO_BUILDDIR:-$top}/src/cli/pdio
+fi
+[ -x "$pdio" ] || bail "pdio(1) not found: $pdio (build first, or pass --pdio)"
+pdio=$(cd "$(dirname "$pdio")" && pwd)/$(basename "$pdio")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
@@ -182,6 +193,8 @@ base_files() {
     # The plugin under test goes in the overlay, but its libraries (liburing,
     # libc ...) belong here; pthread_cancel may dlopen libgcc_s.
     echo "$plugin" >> "$libs"
+    # The same for pdio(1) (libnbd).
+    echo "$pdio" >> "$libs"
     for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /etc/mke2fs.conf; do
         if [ -e "$f" ]; then echo "$f $f"; fi
     done
@@ -344,6 +357,8 @@ rm -rf "$ov" && mkdir -p "$ov/pdio/fio"
 cp "$here/guest-init.sh" "$ov/init"
 chmod 755 "$ov/init"
 cp "$plugin" "$ov/pdio/pdio.so"
+mkdir -p "$ov/usr/bin"
+cp "$pdio" "$ov/usr/bin/pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
@@ -356,7 +371,7 @@ cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 t_initramfs=$(($(now) - t0))
 note "kernel $kver ($(cat "$kdir/.deb" 2>/dev/null)), ${t_kernel}s to fetch/resolve"
 note "initramfs $(($(stat -c %s "$work/initrd.cpio") / 1048576)) MiB (base $base_note), ${t_initramfs}s"
-note "plugin under test: $plugin"
+note "plugin under test: $plugin; pdio(1): $pdio"
 
 # --- boot --------------------------------------------------------------------------
 # A sparse scratch disk; the guest formats it and keeps its images on it, so

@@ -1,0 +1,483 @@
+/* pdio attach: an image becomes /dev/nbdN.
+ *
+ * nbdkit serves the image with pdio.so on RUNDIR/nbdN.sock (its log in
+ * RUNDIR/nbdN.log), pdio asks it for the minimum block size it advertises
+ * (the image's direct-I/O alignment), and nbd-client attaches the device
+ * with that block size, multi-conn connections and a timeout.  Any failure
+ * undoes every step taken so far: no stray nbdkit, no half-attached device,
+ * no record.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+#define CMD "pdio attach"
+
+struct attach_opts {
+  bool readonly;
+  unsigned long connections;    /* 0: the default */
+  unsigned long block_size;     /* 0: the advertised minimum */
+  unsigned long timeout;
+  const char *device;
+  const char *plugin;
+  const char *image;
+};
+
+/* What has been done so far, for undo(). */
+struct attach {
+  char image[PATH_MAX];
+  char nbdkit[PATH_MAX], nbd_client[PATH_MAX];
+  char log[PATH_MAX], pidfile[PATH_MAX];
+  int idx;
+  bool client_ran;
+  struct record rec;
+};
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: pdio attach [OPTIONS] IMAGE\n"
+"Serve IMAGE with nbdkit and pdio.so and attach it to the first free\n"
+"/dev/nbdN (or --device); prints the device.\n"
+"\n"
+"  -r, --read-only        attach read-only (the image gets a shared lock)\n"
+"  -C, --connections N    multi-conn connections, 1..%d (default %d, at most\n"
+"                         the number of CPUs)\n"
+"  -b, --block-size B     raise the block size above the image's minimum\n"
+"                         (a power of two, %d..%d)\n"
+"  -t, --timeout S        kernel request timeout in seconds (default %d)\n"
+"  -d, --device DEV       attach /dev/nbdN\n"
+"      --plugin PLUGIN    the nbdkit plugin (default $PDIO_PLUGIN or pdio)\n",
+           MAX_CONNECTIONS, DEFAULT_CONNECTIONS, MIN_BLOCK_SIZE,
+           MAX_BLOCK_SIZE, DEFAULT_TIMEOUT);
+}
+
+static int
+parse (int argc, char **argv, struct attach_opts *o)
+{
+  static const struct option longopts[] = {
+    { "read-only", no_argument, NULL, 'r' },
+    { "connections", required_argument, NULL, 'C' },
+    { "block-size", required_argument, NULL, 'b' },
+    { "timeout", required_argument, NULL, 't' },
+    { "device", required_argument, NULL, 'd' },
+    { "plugin", required_argument, NULL, 'P' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  int c;
+
+  *o = (struct attach_opts) { .timeout = DEFAULT_TIMEOUT };
+  while ((c = getopt_long (argc, argv, "+rC:b:t:d:h", longopts, NULL)) != -1)
+    switch (c) {
+    case 'r': o->readonly = true; break;
+    case 'C':
+      if (!parse_uint (optarg, 1, MAX_CONNECTIONS, &o->connections)) {
+        errorf (CMD ": --connections %s: must be a number from 1 to %d",
+                optarg, MAX_CONNECTIONS);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'b':
+      if (!parse_uint (optarg, MIN_BLOCK_SIZE, MAX_BLOCK_SIZE,
+                       &o->block_size) || !is_power_of_two (o->block_size)) {
+        errorf (CMD ": --block-size %s: must be a power of two from %d to %d "
+                "(the kernel nbd driver's limits)", optarg, MIN_BLOCK_SIZE,
+                MAX_BLOCK_SIZE);
+        return EXIT_USAGE;
+      }
+      break;
+    case 't':
+      if (!parse_uint (optarg, 1, 86400, &o->timeout)) {
+        errorf (CMD ": --timeout %s: must be a number of seconds from 1 to "
+                "86400", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'd':
+      if (nbd_index (optarg) < 0) {
+        errorf (CMD ": --device %s: not an nbd device (/dev/nbdN)", optarg);
+        return EXIT_USAGE;
+      }
+      o->device = optarg;
+      break;
+    case 'P': o->plugin = optarg; break;
+    case 'h': usage (stdout); exit (EXIT_OK);
+    default: usage (stderr); return EXIT_USAGE;
+    }
+  if (optind != argc - 1) {
+    errorf (CMD ": %s", optind == argc ? "no IMAGE given"
+                                       : "only one IMAGE, please");
+    usage (stderr);
+    return EXIT_USAGE;
+  }
+  o->image = argv[optind];
+  return EXIT_OK;
+}
+
+/* The image exists and is a file or a block device; its real path. */
+static bool
+check_image (const char *image, char *real)
+{
+  struct stat st;
+
+  if (realpath (image, real) == NULL || stat (real, &st) == -1) {
+    errorf (CMD ": %s: %m", image);
+    return false;
+  }
+  if (S_ISDIR (st.st_mode)) {
+    errorf (CMD ": %s: %s", image, strerror (EISDIR));
+    return false;
+  }
+  if (!S_ISREG (st.st_mode) && !S_ISBLK (st.st_mode)) {
+    errorf (CMD ": %s: not a regular file or block device", image);
+    return false;
+  }
+  if (strchr (real, '\n')) {
+    errorf (CMD ": %s: a newline in the path is not supported", image);
+    return false;
+  }
+  return true;
+}
+
+static bool
+check_tools (struct attach *a)
+{
+  if (!find_program ("PDIO_NBDKIT", "nbdkit", a->nbdkit, sizeof a->nbdkit)) {
+    errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
+            "nbdkit)", a->nbdkit);
+    return false;
+  }
+  if (!find_program ("PDIO_NBD_CLIENT", "nbd-client", a->nbd_client,
+                     sizeof a->nbd_client)) {
+    errorf (CMD ": nbd-client not found (%s): install it (apt-get install "
+            "nbd-client)", a->nbd_client);
+    return false;
+  }
+  return true;
+}
+
+static void
+no_driver_message (void)
+{
+  errorf (CMD ": the kernel has no nbd driver: run 'modprobe nbd' (no "
+          "%s/module/nbd, no %s/block/nbd0)", sysfs (), sysfs ());
+}
+
+/* Picks the device: the one asked for if it is free, else the first free
+ * one.  Devices with a record are taken even if not (yet) connected.
+ */
+static int
+pick_device (const struct attach_opts *o, const struct record *recs,
+             size_t n)
+{
+  bool in_use[1024] = { false };
+  size_t max = sizeof in_use / sizeof in_use[0];
+  char why[PATH_MAX + 32];
+  int idx;
+
+  for (size_t i = 0; i < n; i++) {
+    idx = nbd_index (recs[i].device);
+    if (idx >= 0 && (size_t) idx < max)
+      in_use[idx] = true;
+  }
+  if (o->device == NULL) {
+    idx = nbd_first_free (in_use, max);
+    if (idx < 0)
+      errorf (CMD ": no free nbd device: every /dev/nbdN is in use (load "
+              "nbd with more devices: modprobe nbd nbds_max=N)");
+    return idx;
+  }
+  idx = nbd_index (o->device);
+  if (!nbd_exists (idx)) {
+    errorf (CMD ": %s: no such nbd device (the nbd driver has fewer; "
+            "modprobe nbd nbds_max=N)", o->device);
+    return -1;
+  }
+  if (((size_t) idx < max && in_use[idx]) || nbd_connected (idx) ||
+      nbd_size (idx) != 0 || nbd_busy (idx, why, sizeof why)) {
+    errorf (CMD ": %s: is in use", o->device);
+    return -1;
+  }
+  return idx;
+}
+
+static void
+show_log (const char *log)
+{
+  char line[1024];
+  FILE *fp = fopen (log, "re");
+
+  if (fp == NULL)
+    return;
+  while (fgets (line, sizeof line, fp))
+    fputs (line, stderr);
+  fclose (fp);
+}
+
+/* Undoes whatever attach did, newest first. */
+static void
+undo (struct attach *a)
+{
+  if (a->client_ran && (nbd_connected (a->idx) || nbd_size (a->idx))) {
+    char *argv[] = { a->nbd_client, (char *) "-d", a->rec.device, NULL };
+
+    run_quiet (argv);
+  }
+  if (a->rec.server_pid > 0)
+    server_stop (a->rec.server_pid);
+  record_remove (&a->rec);
+  unlink (a->log);
+}
+
+static pid_t
+read_pidfile (const char *path)
+{
+  FILE *fp = fopen (path, "re");
+  int pid = 0;
+
+  if (fp) {
+    if (fscanf (fp, "%d", &pid) != 1)
+      pid = 0;
+    fclose (fp);
+  }
+  return pid;
+}
+
+/* nbdkit as a daemon, until it answers on its socket. */
+static bool
+start_server (const struct attach_opts *o, struct attach *a,
+              struct server_info *info)
+{
+  const struct server_opts so = {
+    .nbdkit = a->nbdkit, .plugin = plugin_name (o->plugin),
+    .image = a->image, .socket = a->rec.socket, .pidfile = a->pidfile,
+    .readonly = o->readonly,
+  };
+  struct server_cmd cmd;
+  char why[256] = "";
+  pid_t pid;
+  int status = -1;
+
+  unlink (a->rec.socket);
+  unlink (a->pidfile);
+  server_argv (&so, &cmd);
+  pid = run_background ((char **) cmd.argv, a->log);
+  if (pid == -1 || waitpid (pid, &status, 0) == -1 || status != 0) {
+    show_log (a->log);
+    errorf (CMD ": nbdkit could not serve %s (exit status %d; its "
+            "messages are above)", a->image,
+            WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status));
+    return false;
+  }
+  /* The daemon writes its pid file once it listens. */
+  for (unsigned t = 0; (a->rec.server_pid = read_pidfile (a->pidfile)) <= 0;
+       t += 20) {
+    if (t >= 10000) {
+      errorf (CMD ": nbdkit wrote no pid file (%s) within 10 s", a->pidfile);
+      return false;
+    }
+    msleep (20);
+  }
+  if (server_query (a->rec.socket, NULL, 30000, info, why, sizeof why))
+    return true;
+  show_log (a->log);
+  errorf (CMD ": nbdkit did not answer on %s within 30 s: %s", a->rec.socket,
+          why);
+  return false;
+}
+
+/* The block size for nbd-client: the advertised minimum (the image's
+ * direct-I/O alignment), within the kernel's limits, raised by
+ * --block-size.  0 if --block-size asks for less than the minimum.
+ */
+static uint32_t
+choose_block_size (const struct attach_opts *o, const struct attach *a,
+                   const struct server_info *info)
+{
+  uint32_t min = info->block_min ? info->block_min : MIN_BLOCK_SIZE;
+  uint32_t bs = min < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE : min;
+
+  if (bs > MAX_BLOCK_SIZE) {
+    /* align= above a page: correct at 4096, with read-modify-write. */
+    warnf (CMD ": warning: %s needs %" PRIu32 "-byte blocks, more than the "
+           "kernel's %d: attaching with %d", a->image, bs, MAX_BLOCK_SIZE,
+           MAX_BLOCK_SIZE);
+    bs = MAX_BLOCK_SIZE;
+  }
+  if (o->block_size) {
+    if (o->block_size < bs) {
+      errorf (CMD ": --block-size %lu: %s needs at least %" PRIu32 " (its "
+              "direct-I/O alignment); --block-size can only raise it",
+              o->block_size, a->image, bs);
+      return 0;
+    }
+    bs = o->block_size;
+  }
+  if (info->size % bs)
+    warnf (CMD ": warning: %s: size %" PRIu64 " is not a multiple of the "
+           "block size %" PRIu32 ": its last %" PRIu64 " bytes are not on "
+           "the device", a->image, info->size, bs, info->size % bs);
+  return bs;
+}
+
+static unsigned
+default_connections (void)
+{
+  long cpus = sysconf (_SC_NPROCESSORS_ONLN);
+
+  if (cpus < 1)
+    cpus = 1;
+  return cpus < DEFAULT_CONNECTIONS ? cpus : DEFAULT_CONNECTIONS;
+}
+
+static bool
+run_nbd_client (const struct attach_opts *o, struct attach *a)
+{
+  char bs[16], conns[16], timeout[24];
+  const char *argv[16];
+  int i = 0, r;
+
+  snprintf (bs, sizeof bs, "%" PRIu32, a->rec.block_size);
+  snprintf (conns, sizeof conns, "%u", a->rec.connections);
+  snprintf (timeout, sizeof timeout, "%lu", o->timeout);
+  argv[i++] = a->nbd_client;
+  argv[i++] = "-unix";
+  argv[i++] = a->rec.socket;
+  argv[i++] = a->rec.device;
+  argv[i++] = "-b";
+  argv[i++] = bs;
+  argv[i++] = "-C";
+  argv[i++] = conns;
+  argv[i++] = "-t";
+  argv[i++] = timeout;
+  if (a->rec.readonly)
+    argv[i++] = "-readonly";
+  argv[i] = NULL;
+
+  a->client_ran = true;
+  /* Its chatter ("Negotiation: ..") only matters if it fails. */
+  r = run_quiet ((char **) argv);
+  if (r != 0) {
+    errorf (CMD ": nbd-client failed to attach %s (exit status %d; its "
+            "messages are above)", a->rec.device, r);
+    return false;
+  }
+  for (unsigned t = 0; !(nbd_connected (a->idx) && nbd_size (a->idx)); t += 50) {
+    if (t >= 10000) {
+      errorf (CMD ": %s: nbd-client succeeded but the device did not come "
+              "up within 10 s", a->rec.device);
+      return false;
+    }
+    msleep (50);
+  }
+  return true;
+}
+
+static int
+attach_locked (const struct attach_opts *o, struct attach *a)
+{
+  struct server_info info;
+  struct record *recs;
+  size_t n;
+
+  recs = records_load (&n);
+  for (size_t i = 0; i < n; i++)
+    if (strcmp (recs[i].image, a->image) == 0) {
+      errorf (CMD ": %s: already attached to %s (pdio detach %s)", o->image,
+              recs[i].device, recs[i].device);
+      free (recs);
+      return EXIT_FAILED;
+    }
+  a->idx = pick_device (o, recs, n);
+  free (recs);
+  if (a->idx < 0)
+    return EXIT_FAILED;
+
+  snprintf (a->rec.device, sizeof a->rec.device, "/dev/nbd%d", a->idx);
+  snprintf (a->rec.image, sizeof a->rec.image, "%s", a->image);
+  state_path (a->rec.device, "sock", a->rec.socket, sizeof a->rec.socket);
+  state_path (a->rec.device, "log", a->log, sizeof a->log);
+  state_path (a->rec.device, "pid", a->pidfile, sizeof a->pidfile);
+
+  /* A server of this image that was just stopped hard may hold its lock
+   * a little longer; a live one will be named by nbdkit's error.
+   */
+  image_lock_free (a->image, 500);
+  if (!start_server (o, a, &info))
+    goto fail;
+  a->rec.readonly = info.readonly;
+  a->rec.dio_align = info.block_min;
+  a->rec.size = info.size;
+  a->rec.connections = o->connections ? o->connections : default_connections ();
+  if (a->rec.connections > 1 && !info.multi_conn) {
+    warnf (CMD ": warning: the server does not advertise multi-conn: using "
+           "one connection");
+    a->rec.connections = 1;
+  }
+  a->rec.block_size = choose_block_size (o, a, &info);
+  if (a->rec.block_size == 0)
+    goto fail;
+  if (record_write (&a->rec) == -1) {
+    errorf (CMD ": cannot write the record of %s in %s: %m", a->rec.device,
+            rundir ());
+    goto fail;
+  }
+  if (!run_nbd_client (o, a))
+    goto fail;
+  printf ("%s\n", a->rec.device);
+  return EXIT_OK;
+
+ fail:
+  undo (a);
+  return EXIT_FAILED;
+}
+
+int
+cmd_attach (int argc, char **argv)
+{
+  struct attach_opts o;
+  struct attach a = { .idx = -1 };
+  sigset_t stop;
+  int r, lock;
+
+  r = parse (argc, argv, &o);
+  if (r != EXIT_OK)
+    return r;
+  if (!need_root (CMD))
+    return EXIT_NOT_ROOT;
+  if (!check_image (o.image, a.image) || !check_tools (&a))
+    return EXIT_FAILED;
+  if (!nbd_driver_present ()) {
+    no_driver_message ();
+    return EXIT_NO_DRIVER;
+  }
+  /* Ctrl-C in the middle must not leave a server or a device behind:
+   * pdio holds the signals (a child that gets one fails, and attach
+   * undoes its work) and exits when done.
+   */
+  sigemptyset (&stop);
+  sigaddset (&stop, SIGINT);
+  sigaddset (&stop, SIGTERM);
+  sigaddset (&stop, SIGHUP);
+  sigprocmask (SIG_BLOCK, &stop, NULL);
+
+  lock = state_lock (CMD);
+  if (lock == -1)
+    return EXIT_FAILED;
+  r = attach_locked (&o, &a);
+  close (lock);
+  return r;
+}

@@ -1,0 +1,189 @@
+/* pdio detach DEVICE|IMAGE, pdio detach --all: disconnect the device, stop
+ * its nbdkit by the pid in the record, remove the socket and the record.
+ * A device that is mounted or held is refused unless --force.  Records
+ * whose server or device is gone (stale) are cleaned up as well.
+ */
+#include <config.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+#define CMD "pdio detach"
+
+struct detach_opts {
+  bool all, force;
+  const char *what;             /* DEVICE or IMAGE */
+};
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: pdio detach [--force] DEVICE|IMAGE\n"
+"       pdio detach [--force] --all\n"
+"Disconnect the device, stop its server and remove its socket.\n"
+"\n"
+"  -a, --all      detach every device pdio attached\n"
+"  -f, --force    detach even if mounted or in use (the file system there\n"
+"                 gets I/O errors)\n");
+}
+
+static int
+parse (int argc, char **argv, struct detach_opts *o)
+{
+  static const struct option longopts[] = {
+    { "all", no_argument, NULL, 'a' },
+    { "force", no_argument, NULL, 'f' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  int c;
+
+  *o = (struct detach_opts) { .all = false };
+  while ((c = getopt_long (argc, argv, "+afh", longopts, NULL)) != -1)
+    switch (c) {
+    case 'a': o->all = true; break;
+    case 'f': o->force = true; break;
+    case 'h': usage (stdout); exit (EXIT_OK);
+    default: usage (stderr); return EXIT_USAGE;
+    }
+  if (o->all ? optind != argc : optind != argc - 1) {
+    errorf (CMD ": %s", o->all ? "--all takes no DEVICE or IMAGE"
+                               : "give one DEVICE or IMAGE, or --all");
+    usage (stderr);
+    return EXIT_USAGE;
+  }
+  o->what = o->all ? NULL : argv[optind];
+  return EXIT_OK;
+}
+
+/* nbd-client -d, then wait for the kernel to drop the device.  A device
+ * still mounted (--force) keeps its connection state until it is
+ * unmounted: then only say so.
+ */
+static bool
+disconnect (const char *device, int idx, bool force)
+{
+  char nbd_client[PATH_MAX];
+  char *argv[] = { nbd_client, (char *) "-d", (char *) device, NULL };
+  int r;
+
+  if (!find_program ("PDIO_NBD_CLIENT", "nbd-client", nbd_client,
+                     sizeof nbd_client)) {
+    errorf (CMD ": nbd-client not found (%s): install it (apt-get install "
+            "nbd-client)", nbd_client);
+    return false;
+  }
+  r = run_quiet (argv);
+  if (r != 0) {
+    errorf (CMD ": %s: nbd-client -d failed (exit status %d)", device, r);
+    return false;
+  }
+  for (unsigned t = 0; nbd_connected (idx) || nbd_size (idx); t += 50) {
+    if (force && t >= 2000) {
+      warnf (CMD ": warning: %s: disconnected, but in use: the kernel lets "
+             "go of it when it is closed (unmounted)", device);
+      return true;
+    }
+    if (t >= 10000) {
+      errorf (CMD ": %s: still connected 10 s after nbd-client -d", device);
+      return false;
+    }
+    msleep (50);
+  }
+  return true;
+}
+
+static int
+detach_one (const struct detach_opts *o, const struct record *r)
+{
+  int idx = nbd_index (r->device);
+  char why[PATH_MAX + 32];
+
+  if (!o->force && nbd_busy (idx, why, sizeof why)) {
+    errorf (CMD ": %s: is %s: unmount it first (or --force)", r->device,
+            why);
+    return EXIT_FAILED;
+  }
+  if ((nbd_connected (idx) || nbd_size (idx)) &&
+      !disconnect (r->device, idx, o->force))
+    return EXIT_FAILED;
+  /* The pid is the server's unless it died and the pid was reused. */
+  if (pid_alive (r->server_pid) && pid_is_nbdkit (r->server_pid)) {
+    server_stop (r->server_pid);
+    if (pid_alive (r->server_pid)) {
+      errorf (CMD ": %s: its server, pid %d, does not exit", r->device,
+              (int) r->server_pid);
+      return EXIT_FAILED;
+    }
+  }
+  /* Whoever attaches the image next must not be refused by the lock of a
+   * server that has just exited.
+   */
+  image_lock_free (r->image, 2000);
+  record_remove (r);
+  {
+    char log[PATH_MAX];
+
+    state_path (r->device, "log", log, sizeof log);
+    unlink (log);
+  }
+  return EXIT_OK;
+}
+
+/* The record a DEVICE or IMAGE argument names; NULL with a message. */
+static const struct record *
+find (const char *what, const struct record *recs, size_t n)
+{
+  char real[PATH_MAX];
+  int idx = nbd_index (what);
+
+  for (size_t i = 0; i < n; i++)
+    if (idx >= 0 ? nbd_index (recs[i].device) == idx
+                 : (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
+                   strcmp (recs[i].image, what) == 0)
+      return &recs[i];
+  if (idx >= 0)
+    errorf (CMD ": %s: not attached by pdio (no record in %s)", what,
+            rundir ());
+  else
+    errorf (CMD ": %s: not attached", what);
+  return NULL;
+}
+
+int
+cmd_detach (int argc, char **argv)
+{
+  struct detach_opts o;
+  struct record *recs;
+  size_t n;
+  int r, lock;
+
+  r = parse (argc, argv, &o);
+  if (r != EXIT_OK)
+    return r;
+  if (!need_root (CMD))
+    return EXIT_NOT_ROOT;
+  lock = state_lock (CMD);
+  if (lock == -1)
+    return EXIT_FAILED;
+  recs = records_load (&n);
+  if (o.all) {
+    for (size_t i = 0; i < n; i++)
+      if (detach_one (&o, &recs[i]) != EXIT_OK)
+        r = EXIT_FAILED;
+  }
+  else {
+    const struct record *rec = find (o.what, recs, n);
+
+    r = rec ? detach_one (&o, rec) : EXIT_FAILED;
+  }
+  free (recs);
+  close (lock);
+  return r;
+}

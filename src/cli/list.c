@@ -1,0 +1,166 @@
+/* pdio list [--json]: what pdio attached, checked against the kernel and
+ * the process table, in columns like losetup --list or JSON like
+ * losetup --json.  STATUS is "ok", or says what is stale: "server gone"
+ * (its nbdkit exited) or "disconnected" (the device has no client);
+ * "pdio detach" cleans up either.
+ */
+#include <config.h>
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdio.h"
+
+#define CMD "pdio list"
+
+struct row {
+  const struct record *r;
+  const char *status;
+  int64_t cached;               /* bytes, -1 unknown */
+};
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: pdio list [--json] [--noheadings]\n"
+"Show the devices pdio attached: device, image, read-only, connections,\n"
+"block size, direct-I/O alignment, server pid, the image's bytes in the\n"
+"page cache (expected: 0) and whether the attachment is alive.\n");
+}
+
+static const char *
+status_of (const struct record *r)
+{
+  int idx = nbd_index (r->device);
+
+  if (!pid_alive (r->server_pid) || !pid_is_nbdkit (r->server_pid))
+    return "server gone";
+  if (!nbd_connected (idx))
+    return "disconnected";
+  return "ok";
+}
+
+static void
+print_table (const struct row *rows, size_t n, bool headings)
+{
+  int w = 5;                    /* "IMAGE" */
+
+  for (size_t i = 0; i < n; i++)
+    if ((int) strlen (rows[i].r->image) > w)
+      w = strlen (rows[i].r->image);
+  if (headings)
+    printf ("%-10s %-*s RO CONNS BLOCK-SIZE DIO-ALIGN     PID CACHED STATUS\n",
+            "NAME", w, "IMAGE");
+  for (size_t i = 0; i < n; i++) {
+    const struct record *r = rows[i].r;
+    char cached[24];
+
+    if (rows[i].cached < 0)
+      snprintf (cached, sizeof cached, "-");
+    else
+      snprintf (cached, sizeof cached, "%" PRId64, rows[i].cached);
+    printf ("%-10s %-*s %2d %5u %10" PRIu32 " %9" PRIu32 " %7d %6s %s\n",
+            r->device, w, r->image, r->readonly, r->connections,
+            r->block_size, r->dio_align, (int) r->server_pid, cached,
+            rows[i].status);
+  }
+}
+
+/* A JSON string: the image path may hold quotes, backslashes, controls. */
+static void
+json_string (const char *s)
+{
+  putchar ('"');
+  for (; *s; s++) {
+    unsigned char c = *s;
+
+    if (c == '"' || c == '\\')
+      printf ("\\%c", c);
+    else if (c < 0x20)
+      printf ("\\u%04x", c);
+    else
+      putchar (c);
+  }
+  putchar ('"');
+}
+
+static void
+print_json (const struct row *rows, size_t n)
+{
+  printf ("{\n   \"nbddevices\": [");
+  for (size_t i = 0; i < n; i++) {
+    const struct record *r = rows[i].r;
+
+    printf ("%s\n      {\n         \"name\": ", i ? "," : "");
+    json_string (r->device);
+    printf (",\n         \"back-file\": ");
+    json_string (r->image);
+    printf (",\n         \"ro\": %s,\n         \"connections\": %u,\n"
+            "         \"block-size\": %" PRIu32 ",\n"
+            "         \"dio-align\": %" PRIu32 ",\n"
+            "         \"size\": %" PRIu64 ",\n         \"pid\": %d,\n",
+            r->readonly ? "true" : "false", r->connections, r->block_size,
+            r->dio_align, r->size, (int) r->server_pid);
+    if (rows[i].cached < 0)
+      printf ("         \"cached\": null,\n");
+    else
+      printf ("         \"cached\": %" PRId64 ",\n", rows[i].cached);
+    printf ("         \"socket\": ");
+    json_string (r->socket);
+    printf (",\n         \"status\": ");
+    json_string (rows[i].status);
+    printf ("\n      }");
+  }
+  printf ("%s]\n}\n", n ? "\n   " : "");
+}
+
+int
+cmd_list (int argc, char **argv)
+{
+  static const struct option longopts[] = {
+    { "json", no_argument, NULL, 'J' },
+    { "noheadings", no_argument, NULL, 'n' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  bool json = false, headings = true;
+  struct record *recs;
+  struct row *rows;
+  size_t n;
+  int c;
+
+  while ((c = getopt_long (argc, argv, "+Jnh", longopts, NULL)) != -1)
+    switch (c) {
+    case 'J': json = true; break;
+    case 'n': headings = false; break;
+    case 'h': usage (stdout); return EXIT_OK;
+    default: usage (stderr); return EXIT_USAGE;
+    }
+  if (optind != argc) {
+    errorf (CMD ": unexpected argument: %s", argv[optind]);
+    return EXIT_USAGE;
+  }
+  recs = records_load (&n);
+  rows = calloc (n ? n : 1, sizeof *rows);
+  if (rows == NULL) {
+    errorf (CMD ": %m");
+    free (recs);
+    return EXIT_FAILED;
+  }
+  for (size_t i = 0; i < n; i++) {
+    rows[i].r = &recs[i];
+    rows[i].status = status_of (&recs[i]);
+    rows[i].cached = image_cached_bytes (recs[i].image);
+  }
+  if (json)
+    print_json (rows, n);
+  else
+    print_table (rows, n, headings);
+  free (rows);
+  free (recs);
+  return EXIT_OK;
+}

@@ -1,0 +1,71 @@
+/* pdio(1): the command line front end.  Dispatches to the commands and
+ * prints the overall help.  See pdio.h for the pieces.
+ */
+#include <config.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "pdio.h"
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: pdio COMMAND [OPTIONS] [ARGS]\n"
+"A userspace loop device: images served with O_DIRECT by nbdkit and\n"
+"pdio.so, attached with the kernel's nbd client.\n"
+"\n"
+"Commands:\n"
+"  attach [-r] [-C N] [-b B] [-t S] [-d /dev/nbdN] IMAGE\n"
+"                       attach IMAGE to a free /dev/nbdN and print it\n"
+"  detach [--force] DEVICE|IMAGE | --all\n"
+"                       detach, stop its server, remove its socket\n"
+"  list [--json]        show what is attached\n"
+"  serve [-r] [--socket PATH | --port PORT] IMAGE\n"
+"                       serve IMAGE in the foreground, print how to attach\n"
+"\n"
+"pdio COMMAND --help shows a command's options; man pdio has it all.\n"
+"\n"
+"Exit status: 0 done; 1 failed (the reason is printed); 2 usage error;\n"
+"3 the kernel has no nbd driver (modprobe nbd); 4 not run as root.\n"
+"\n"
+"Environment: PDIO_PLUGIN (the plugin, default \"pdio\"), PDIO_NBDKIT and\n"
+"PDIO_NBD_CLIENT (the programs, default from PATH), PDIO_RUNDIR (default\n"
+"/run/pdio).\n");
+}
+
+int
+main (int argc, char **argv)
+{
+  static const struct {
+    const char *name;
+    int (*fn) (int argc, char **argv);
+  } cmds[] = {
+    { "attach", cmd_attach },
+    { "detach", cmd_detach },
+    { "list", cmd_list },
+    { "serve", cmd_serve },
+  };
+
+  if (argc < 2) {
+    usage (stderr);
+    return EXIT_USAGE;
+  }
+  if (strcmp (argv[1], "--help") == 0 || strcmp (argv[1], "-h") == 0 ||
+      strcmp (argv[1], "help") == 0) {
+    usage (stdout);
+    return EXIT_OK;
+  }
+  if (strcmp (argv[1], "--version") == 0) {
+    printf ("pdio %s\n", PACKAGE_VERSION);
+    return EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (strcmp (argv[1], cmds[i].name) == 0)
+      /* The command parses argv[1..]: its name is its argv[0]. */
+      return cmds[i].fn (argc - 1, argv + 1);
+  fprintf (stderr, "pdio: unknown command '%s'\n", argv[1]);
+  usage (stderr);
+  return EXIT_USAGE;
+}

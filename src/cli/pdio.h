@@ -1,0 +1,173 @@
+/* pdio(1): attach, detach, list and serve images, losetup-style.  The
+ * command line front end; it never opens an image with the engine (the
+ * server holds the image's lock), it runs nbdkit with pdio.so and the
+ * kernel's nbd-client and keeps a record of each attachment in the run
+ * directory.
+ */
+#ifndef PDIO_CLI_H
+#define PDIO_CLI_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Exit codes (documented in pdio(1) and --help). */
+enum {
+  EXIT_OK = 0,
+  EXIT_FAILED = 1,              /* the operation failed; the reason is printed */
+  EXIT_USAGE = 2,               /* bad command line */
+  EXIT_NO_DRIVER = 3,           /* the kernel has no nbd driver */
+  EXIT_NOT_ROOT = 4,            /* attach and detach need root */
+};
+
+/* Defaults, each with its reason in pdio(1).
+ *
+ * Connections: the kernel nbd driver gives each connection its own blk-mq
+ * hardware queue and maps CPUs onto queues, so more connections than CPUs
+ * are never used; up to 4 lets parallel I/O (writeback, several readers)
+ * proceed without queueing behind one socket.  Capped at the CPU count.
+ */
+#define DEFAULT_CONNECTIONS 4
+#define MAX_CONNECTIONS 16
+/* Kernel request timeout: a dead server turns into I/O errors after this
+ * long instead of hanging forever, and slow storage under load does not
+ * trip it.
+ */
+#define DEFAULT_TIMEOUT 60
+/* nbdkit worker threads per connection (nbdkit -t); 16 is nbdkit's own
+ * default.  The one place to tune it.
+ */
+#define NBDKIT_THREADS 16
+/* The kernel nbd driver takes block sizes from 512 to the page size. */
+#define MIN_BLOCK_SIZE 512
+#define MAX_BLOCK_SIZE 4096
+
+/* --- util.c: messages, parsing, environment -------------------------------- */
+extern void errorf (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+extern void warnf (const char *fmt, ...)
+  __attribute__ ((format (printf, 1, 2)));
+/* Parses a decimal number in [min, max]; false if it is not one. */
+extern bool parse_uint (const char *s, unsigned long min, unsigned long max,
+                        unsigned long *out);
+extern bool is_power_of_two (unsigned long v);
+/* $PDIO_RUNDIR or /run/pdio: sockets, pid files and records. */
+extern const char *rundir (void);
+/* $PDIO_SYSFS or /sys (tests point it at a fake tree). */
+extern const char *sysfs (void);
+/* What nbdkit loads: $PDIO_PLUGIN, else "pdio" (nbdkit-pdio-plugin.so). */
+extern const char *plugin_name (const char *option);
+extern bool need_root (const char *cmd);
+extern void msleep (unsigned ms);
+
+/* --- state.c: the records in the run directory ------------------------------ */
+struct record {
+  char device[32];              /* /dev/nbdN */
+  char image[PATH_MAX];         /* realpath */
+  char socket[PATH_MAX];
+  bool readonly;
+  unsigned connections;
+  uint32_t block_size;          /* what nbd-client was given */
+  uint32_t dio_align;           /* the minimum block size pdio.so advertises */
+  uint64_t size;
+  pid_t server_pid;
+};
+/* Creates the run directory and takes its lock: attach and detach hold it
+ * for their whole run so that two of them never pick the same device.
+ * Returns the lock's fd (close it to release) or -1.
+ */
+extern int state_lock (const char *cmd);
+/* "RUNDIR/nbdN.EXT" for a device "/dev/nbdN". */
+extern void state_path (const char *device, const char *ext, char *buf,
+                        size_t len);
+extern int record_write (const struct record *r);
+/* Every record, sorted by device number; *n is set.  NULL with *n = 0 if
+ * there are none (or no run directory).
+ */
+extern struct record *records_load (size_t *n);
+/* Removes the record, the socket and the pid file. */
+extern void record_remove (const struct record *r);
+
+/* --- nbd_dev.c: /dev/nbdN as the kernel sees it ------------------------------- */
+extern bool nbd_driver_present (void);
+/* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
+extern int nbd_index (const char *name);
+extern bool nbd_exists (int idx);
+/* Connected: the kernel has a client task for it (/sys/block/nbdN/pid). */
+extern bool nbd_connected (int idx);
+extern uint64_t nbd_size (int idx);
+/* The lowest nbdN that exists, is not connected and is not in use[], or -1. */
+extern int nbd_first_free (const bool *in_use, size_t n_in_use);
+/* Non-zero if the device or a partition of it is mounted or held (by
+ * device-mapper, md...): what describes where, in buf.
+ */
+extern bool nbd_busy (int idx, char *buf, size_t len);
+
+/* --- spawn.c: running programs ---------------------------------------------- */
+/* The program's path, from $ENV if set, else from PATH, into buf; false
+ * if it is not there (buf then holds the last path tried).
+ */
+extern bool find_program (const char *env, const char *name, char *buf,
+                          size_t len);
+/* Runs argv and waits: its exit status, 128+signal, or -1 if it could not
+ * run.  out_fd >= 0 replaces its stdout and stderr (-1: inherited).
+ */
+extern int run_wait (char *const argv[], int out_fd);
+/* The same, its output kept and shown on stderr only if it fails. */
+extern int run_quiet (char *const argv[]);
+/* Starts argv in the background, in a session of its own, stdin from
+ * /dev/null and stdout and stderr to log (or inherited if NULL): the
+ * server of an attachment, which outlives pdio.  Its pid or -1.
+ */
+extern pid_t run_background (char *const argv[], const char *log);
+/* Like run_background, but stays in pdio's session (serve). */
+extern pid_t run_child (char *const argv[]);
+extern bool pid_alive (pid_t pid);
+/* Waits up to ms for pid (not our child) to be gone. */
+extern bool wait_gone (pid_t pid, unsigned ms);
+/* The process's comm is "nbdkit": the pid in a record was not reused. */
+extern bool pid_is_nbdkit (pid_t pid);
+
+/* --- server.c: nbdkit with pdio.so ----------------------------------------------- */
+struct server_opts {
+  const char *nbdkit;           /* path */
+  const char *plugin;           /* "pdio" or a path to pdio.so */
+  const char *image;
+  const char *socket;           /* unix socket, or NULL with port */
+  const char *port;             /* TCP port (serve only), or NULL */
+  bool readonly;
+  const char *pidfile;          /* a daemon writing this pid file, or NULL:
+                                   in the foreground, dying with pdio */
+};
+struct server_info {
+  uint64_t size;
+  uint32_t block_min;           /* 0 if not advertised */
+  bool readonly;
+  bool multi_conn;
+};
+/* The nbdkit command line, built in one place. */
+struct server_cmd {
+  const char *argv[24];
+  char file_arg[PATH_MAX + 8];
+};
+extern void server_argv (const struct server_opts *o, struct server_cmd *c);
+/* Connects with libnbd (to the unix socket, or to localhost:port if socket
+ * is NULL) until it answers, for up to ms.
+ */
+extern bool server_query (const char *socket, const char *port, unsigned ms,
+                          struct server_info *info, char *why, size_t len);
+/* SIGTERM, up to 10 s, then SIGKILL; waits for it to be gone. */
+extern void server_stop (pid_t pid);
+/* Waits up to ms until no process holds a lock on the image. */
+extern bool image_lock_free (const char *image, unsigned ms);
+/* Bytes of the image in the page cache (mincore), or -1. */
+extern int64_t image_cached_bytes (const char *image);
+
+/* --- the commands -------------------------------------------------------------------- */
+extern int cmd_attach (int argc, char **argv);
+extern int cmd_detach (int argc, char **argv);
+extern int cmd_list (int argc, char **argv);
+extern int cmd_serve (int argc, char **argv);
+
+#endif /* PDIO_CLI_H */

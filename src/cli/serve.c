@@ -1,0 +1,202 @@
+/* pdio serve IMAGE: the server attach would start, in the foreground, for
+ * attaching by hand or over TCP.  Prints the URI and the nbd-client
+ * command with the right block size once the server answers, then runs
+ * until nbdkit exits or pdio gets SIGINT, SIGTERM or SIGHUP (passed on to
+ * nbdkit as SIGTERM).  Exits with nbdkit's status.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+#define CMD "pdio serve"
+
+struct serve_opts {
+  bool readonly;
+  const char *socket, *port, *plugin, *image;
+};
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: pdio serve [--read-only] [--socket PATH | --port PORT] IMAGE\n"
+"Serve IMAGE with nbdkit and pdio.so in the foreground; print the NBD URI\n"
+"and the nbd-client command that attaches it.  Ctrl-C stops it.\n"
+"\n"
+"  -r, --read-only        serve read-only (the image gets a shared lock)\n"
+"  -s, --socket PATH      unix socket (default RUNDIR/serve-PID.sock)\n"
+"  -p, --port PORT        TCP port instead of a unix socket (all addresses)\n"
+"      --plugin PLUGIN    the nbdkit plugin (default $PDIO_PLUGIN or pdio)\n");
+}
+
+static int
+parse (int argc, char **argv, struct serve_opts *o)
+{
+  static const struct option longopts[] = {
+    { "read-only", no_argument, NULL, 'r' },
+    { "socket", required_argument, NULL, 's' },
+    { "port", required_argument, NULL, 'p' },
+    { "plugin", required_argument, NULL, 'P' },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  unsigned long port;
+  int c;
+
+  *o = (struct serve_opts) { .readonly = false };
+  while ((c = getopt_long (argc, argv, "+rs:p:h", longopts, NULL)) != -1)
+    switch (c) {
+    case 'r': o->readonly = true; break;
+    case 's': o->socket = optarg; break;
+    case 'p':
+      if (!parse_uint (optarg, 1, 65535, &port)) {
+        errorf (CMD ": --port %s: must be a number from 1 to 65535", optarg);
+        return EXIT_USAGE;
+      }
+      o->port = optarg;
+      break;
+    case 'P': o->plugin = optarg; break;
+    case 'h': usage (stdout); exit (EXIT_OK);
+    default: usage (stderr); return EXIT_USAGE;
+    }
+  if (o->socket && o->port) {
+    errorf (CMD ": --socket and --port: choose one");
+    return EXIT_USAGE;
+  }
+  if (optind != argc - 1) {
+    errorf (CMD ": %s", optind == argc ? "no IMAGE given"
+                                       : "only one IMAGE, please");
+    usage (stderr);
+    return EXIT_USAGE;
+  }
+  o->image = argv[optind];
+  return EXIT_OK;
+}
+
+static void
+print_how_to_attach (const struct serve_opts *o, const char *image,
+                     const struct server_info *info)
+{
+  uint32_t bs = info->block_min < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE
+                                                 : info->block_min;
+  char host[256] = "HOST";
+
+  if (bs > MAX_BLOCK_SIZE)
+    bs = MAX_BLOCK_SIZE;
+  printf ("serving %s: %" PRIu64 " bytes, %s, minimum block size %" PRIu32
+          "\n", image, info->size, info->readonly ? "read-only" : "read-write",
+          info->block_min);
+  if (o->socket) {
+    printf ("uri: nbd+unix:///?socket=%s\n", o->socket);
+    printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
+            o->socket, bs, DEFAULT_CONNECTIONS,
+            info->readonly ? " -readonly" : "");
+  }
+  else {
+    if (gethostname (host, sizeof host) == -1)
+      snprintf (host, sizeof host, "HOST");
+    printf ("uri: nbd://%s:%s/\n", host, o->port);
+    printf ("attach: nbd-client %s %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
+            host, o->port, bs, DEFAULT_CONNECTIONS,
+            info->readonly ? " -readonly" : "");
+  }
+  fflush (stdout);
+}
+
+/* Runs until nbdkit exits; termination signals are passed on to it. */
+static int
+supervise (pid_t pid, const struct serve_opts *o, const char *image,
+           const sigset_t *sigs)
+{
+  struct server_info info;
+  bool announced = false;
+  char why[256];
+  int status;
+
+  for (;;) {
+    struct timespec tick = { .tv_nsec = 50000000 };
+    int sig = sigtimedwait (sigs, NULL, &tick);
+    pid_t w = waitpid (pid, &status, WNOHANG);
+
+    if (w == pid)
+      break;
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+      kill (pid, SIGTERM);
+    else if (!announced &&
+             server_query (o->socket, o->port, 0, &info, why, sizeof why)) {
+      print_how_to_attach (o, image, &info);
+      announced = true;
+    }
+  }
+  if (WIFEXITED (status))
+    return WEXITSTATUS (status) == 0 ? EXIT_OK : EXIT_FAILED;
+  errorf (CMD ": nbdkit was killed by signal %d", WTERMSIG (status));
+  return EXIT_FAILED;
+}
+
+int
+cmd_serve (int argc, char **argv)
+{
+  char image[PATH_MAX], nbdkit[PATH_MAX], sock[PATH_MAX];
+  struct serve_opts o;
+  struct server_cmd cmd;
+  struct stat st;
+  sigset_t sigs;
+  pid_t pid;
+  int r;
+
+  r = parse (argc, argv, &o);
+  if (r != EXIT_OK)
+    return r;
+  if (realpath (o.image, image) == NULL || stat (image, &st) == -1) {
+    errorf (CMD ": %s: %m", o.image);
+    return EXIT_FAILED;
+  }
+  if (S_ISDIR (st.st_mode)) {
+    errorf (CMD ": %s: %s", o.image, strerror (EISDIR));
+    return EXIT_FAILED;
+  }
+  if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
+    errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
+            "nbdkit)", nbdkit);
+    return EXIT_FAILED;
+  }
+  if (o.socket == NULL && o.port == NULL) {
+    if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
+      errorf (CMD ": %s: %m (choose a socket with --socket)", rundir ());
+      return EXIT_FAILED;
+    }
+    snprintf (sock, sizeof sock, "%s/serve-%d.sock", rundir (), (int) getpid ());
+    o.socket = sock;
+  }
+
+  sigemptyset (&sigs);
+  sigaddset (&sigs, SIGINT);
+  sigaddset (&sigs, SIGTERM);
+  sigaddset (&sigs, SIGHUP);
+  sigaddset (&sigs, SIGCHLD);
+  sigprocmask (SIG_BLOCK, &sigs, NULL);
+
+  server_argv (&(struct server_opts) {
+      .nbdkit = nbdkit, .plugin = plugin_name (o.plugin), .image = image,
+      .socket = o.socket, .port = o.port, .readonly = o.readonly,
+    }, &cmd);
+  pid = run_child ((char **) cmd.argv);
+  if (pid == -1)
+    return EXIT_FAILED;
+  r = supervise (pid, &o, image, &sigs);
+  if (o.socket)
+    unlink (o.socket);
+  return r;
+}

@@ -1,0 +1,209 @@
+/* nbdkit serving an image with pdio.so: its command line (built here and
+ * nowhere else), asking the running server what it advertises, stopping
+ * it, and two looks at the image that do not open it with the engine: is
+ * it locked, and how much of it sits in the page cache.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+#include <libnbd.h>
+
+#include "pdio.h"
+
+#define STR_(x) #x
+#define STR(x) STR_ (x)
+
+void
+server_argv (const struct server_opts *o, struct server_cmd *c)
+{
+  const char **argv = c->argv;
+  int i = 0;
+
+  argv[i++] = o->nbdkit;
+  if (o->pidfile) {
+    /* A daemon: nbdkit opens the image (and so fails on a locked one)
+     * before it forks, and its first process exits with the verdict.
+     * nbdkit -f would also die with its parent (PR_SET_PDEATHSIG).
+     */
+    argv[i++] = "-P";
+    argv[i++] = o->pidfile;
+    argv[i++] = "--log=stderr";
+  }
+  else {
+    argv[i++] = "-f";
+    argv[i++] = "--exit-with-parent";
+  }
+  if (o->socket) {
+    argv[i++] = "-U";
+    argv[i++] = o->socket;
+  }
+  else {
+    argv[i++] = "-p";
+    argv[i++] = o->port;
+  }
+  argv[i++] = "-t";
+  argv[i++] = STR (NBDKIT_THREADS);
+  if (o->readonly)
+    argv[i++] = "-r";
+  argv[i++] = o->plugin;
+  snprintf (c->file_arg, sizeof c->file_arg, "file=%s", o->image);
+  argv[i++] = c->file_arg;
+  /* nbdkit -r only refuses writes; readonly=true also makes the engine
+   * open the image read-only, with a shared lock.
+   */
+  if (o->readonly)
+    argv[i++] = "readonly=true";
+  argv[i] = NULL;
+}
+
+static bool
+query_once (const char *socket, const char *port, struct server_info *info,
+            char *why, size_t len)
+{
+  struct nbd_handle *h = nbd_create ();
+  int64_t size, min;
+  bool ok = false;
+
+  if (h == NULL) {
+    snprintf (why, len, "%s", nbd_get_error ());
+    return false;
+  }
+  if ((socket ? nbd_connect_unix (h, socket)
+              : nbd_connect_tcp (h, "localhost", port)) == -1 ||
+      (size = nbd_get_size (h)) == -1 ||
+      (min = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM)) == -1)
+    snprintf (why, len, "%s", nbd_get_error ());
+  else {
+    info->size = size;
+    info->block_min = min;
+    info->readonly = nbd_is_read_only (h) == 1;
+    info->multi_conn = nbd_can_multi_conn (h) == 1;
+    ok = true;
+    nbd_shutdown (h, 0);
+  }
+  nbd_close (h);
+  return ok;
+}
+
+bool
+server_query (const char *socket, const char *port, unsigned ms,
+              struct server_info *info, char *why, size_t len)
+{
+  for (unsigned t = 0; ; t += 50) {
+    if (query_once (socket, port, info, why, len))
+      return true;
+    if (t >= ms)
+      return false;
+    msleep (50);
+  }
+}
+
+void
+server_stop (pid_t pid)
+{
+  if (!pid_alive (pid))
+    return;
+  kill (pid, SIGTERM);
+  if (wait_gone (pid, 10000))
+    return;
+  kill (pid, SIGKILL);
+  wait_gone (pid, 5000);
+}
+
+/* F_OFD_GETLK takes no lock: it only reports one that would conflict
+ * with a write lock.
+ */
+static bool
+locked_now (int fd)
+{
+  struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+  if (fcntl (fd, F_OFD_GETLK, &fl) == -1)
+    return false;               /* no locks here: nothing to wait for */
+  return fl.l_type != F_UNLCK;
+}
+
+bool
+image_lock_free (const char *image, unsigned ms)
+{
+  int fd = open (image, O_RDONLY | O_CLOEXEC);
+  bool free_ = true;
+
+  if (fd == -1)
+    return true;
+  /* A server killed hard keeps the lock for up to ~200 ms: its io_uring
+   * rings, which hold the image, are torn down asynchronously.
+   */
+  for (unsigned t = 0; (free_ = !locked_now (fd)) == false && t < ms; t += 10)
+    msleep (10);
+  close (fd);
+  return free_;
+}
+
+/* Counts resident pages in [off, off+len) with mincore; -1 on error. */
+static int64_t
+resident (int fd, off_t off, size_t len, long page)
+{
+  unsigned char vec[4096];
+  int64_t bytes = 0;
+  void *p = mmap (NULL, len, PROT_READ, MAP_SHARED, fd, off);
+
+  if (p == MAP_FAILED)
+    return -1;
+  for (size_t done = 0; done < len; ) {
+    size_t pages = (len - done + page - 1) / page;
+    size_t n = pages < sizeof vec ? pages : sizeof vec;
+    size_t chunk = n * (size_t) page;
+
+    if (chunk > len - done)
+      chunk = len - done;
+    if (mincore ((char *) p + done, chunk, vec) == -1) {
+      bytes = -1;
+      break;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (vec[i] & 1)
+        bytes += page;
+    done += chunk;
+  }
+  munmap (p, len);
+  return bytes;
+}
+
+int64_t
+image_cached_bytes (const char *image)
+{
+  const size_t window = 1 << 30;        /* map 1 GiB at a time */
+  long page = sysconf (_SC_PAGESIZE);
+  int fd = open (image, O_RDONLY | O_CLOEXEC);
+  uint64_t size;
+  int64_t total = 0;
+  struct stat st;
+
+  if (fd == -1)
+    return -1;
+  if (fstat (fd, &st) == -1 ||
+      (S_ISBLK (st.st_mode) ? ioctl (fd, BLKGETSIZE64, &size) == -1
+                            : (size = st.st_size, false))) {
+    close (fd);
+    return -1;
+  }
+  for (uint64_t off = 0; off < size && total >= 0; off += window) {
+    size_t len = size - off < window ? size - off : window;
+    int64_t r = resident (fd, off, len, page);
+
+    total = r < 0 ? -1 : total + r;
+  }
+  close (fd);
+  return total;
+}

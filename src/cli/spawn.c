@@ -1,0 +1,185 @@
+/* Running the programs pdio drives (nbdkit, nbd-client) and watching
+ * processes that are not its children (a daemonized nbdkit).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+bool
+find_program (const char *env, const char *name, char *buf, size_t len)
+{
+  const char *v = env ? getenv (env) : NULL;
+  const char *path, *p;
+
+  if (v && *v) {
+    snprintf (buf, len, "%s", v);
+    return access (buf, X_OK) == 0;
+  }
+  path = getenv ("PATH");
+  if (path == NULL || !*path)
+    path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (p = path; *p; ) {
+    size_t n = strcspn (p, ":");
+
+    snprintf (buf, len, "%.*s/%s", (int) n, p, name);
+    if (n && access (buf, X_OK) == 0)
+      return true;
+    p += n;
+    if (*p == ':')
+      p++;
+  }
+  return false;
+}
+
+/* In the child: a clean signal state (attach blocks signals while it
+ * works; a blocked mask survives exec), then the redirections.
+ */
+static void
+child_setup (bool own_session, int out_fd, const char *log)
+{
+  sigset_t none;
+  int fd;
+
+  sigemptyset (&none);
+  sigprocmask (SIG_SETMASK, &none, NULL);
+  signal (SIGINT, SIG_DFL);
+  signal (SIGTERM, SIG_DFL);
+  signal (SIGHUP, SIG_DFL);
+  if (own_session) {
+    setsid ();
+    fd = open ("/dev/null", O_RDONLY);
+    if (fd == -1 || dup2 (fd, STDIN_FILENO) == -1)
+      _exit (127);
+  }
+  if (log) {
+    fd = open (log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (fd == -1 || dup2 (fd, STDOUT_FILENO) == -1 ||
+        dup2 (fd, STDERR_FILENO) == -1)
+      _exit (127);
+  }
+  if (out_fd >= 0 && (dup2 (out_fd, STDOUT_FILENO) == -1 ||
+                      dup2 (out_fd, STDERR_FILENO) == -1))
+    _exit (127);
+}
+
+static pid_t
+start (char *const argv[], bool own_session, int out_fd, const char *log)
+{
+  pid_t pid;
+
+  fflush (NULL);
+  pid = fork ();
+  if (pid == 0) {
+    child_setup (own_session, out_fd, log);
+    execv (argv[0], argv);
+    fprintf (stderr, "pdio: %s: %m\n", argv[0]);
+    _exit (127);
+  }
+  if (pid == -1)
+    fprintf (stderr, "pdio: fork: %m\n");
+  return pid;
+}
+
+int
+run_wait (char *const argv[], int out_fd)
+{
+  pid_t pid = start (argv, false, out_fd, NULL);
+  int status;
+
+  if (pid == -1)
+    return -1;
+  while (waitpid (pid, &status, 0) == -1)
+    if (errno != EINTR)
+      return -1;
+  if (WIFEXITED (status))
+    return WEXITSTATUS (status);
+  return 128 + WTERMSIG (status);
+}
+
+pid_t
+run_background (char *const argv[], const char *log)
+{
+  return start (argv, true, -1, log);
+}
+
+pid_t
+run_child (char *const argv[])
+{
+  return start (argv, false, -1, NULL);
+}
+
+bool
+pid_alive (pid_t pid)
+{
+  char path[64], state = '?';
+  FILE *fp;
+
+  if (pid <= 0 || (kill (pid, 0) == -1 && errno == ESRCH))
+    return false;
+  /* A zombie is gone for our purposes (its files are closed). */
+  snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
+  fp = fopen (path, "re");
+  if (fp) {
+    if (fscanf (fp, "%*d (%*[^)]) %c", &state) != 1)
+      state = '?';
+    fclose (fp);
+  }
+  return state != 'Z';
+}
+
+bool
+wait_gone (pid_t pid, unsigned ms)
+{
+  for (unsigned t = 0; pid_alive (pid); t += 10) {
+    if (t >= ms)
+      return false;
+    msleep (10);
+  }
+  return true;
+}
+
+bool
+pid_is_nbdkit (pid_t pid)
+{
+  char path[64], comm[64] = "";
+  FILE *fp;
+
+  snprintf (path, sizeof path, "/proc/%d/comm", (int) pid);
+  fp = fopen (path, "re");
+  if (fp == NULL)
+    return false;
+  if (fgets (comm, sizeof comm, fp) == NULL)
+    comm[0] = '\0';
+  fclose (fp);
+  comm[strcspn (comm, "\n")] = '\0';
+  return strcmp (comm, "nbdkit") == 0;
+}
+
+int
+run_quiet (char *const argv[])
+{
+  FILE *out = tmpfile ();
+  char buf[4096];
+  size_t n;
+  int r;
+
+  r = run_wait (argv, out ? fileno (out) : -1);
+  if (out) {
+    if (r != 0) {
+      rewind (out);
+      while ((n = fread (buf, 1, sizeof buf, out)) > 0)
+        fwrite (buf, 1, n, stderr);
+    }
+    fclose (out);
+  }
+  return r;
+}

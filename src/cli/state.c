@@ -1,0 +1,173 @@
+/* The run directory (/run/pdio): per attached device nbdN, the server's
+ * socket nbdN.sock, its pid file nbdN.pid and a record nbdN.rec of
+ * "key=value" lines, so that list and detach know what attach did.  The
+ * directory's "lock" file serialises attach and detach.
+ */
+#include <config.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+int
+state_lock (const char *cmd)
+{
+  char path[PATH_MAX];
+  int fd;
+
+  if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
+    errorf ("%s: %s: %m", cmd, rundir ());
+    return -1;
+  }
+  snprintf (path, sizeof path, "%s/lock", rundir ());
+  fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd == -1) {
+    errorf ("%s: %s: %m", cmd, path);
+    return -1;
+  }
+  if (flock (fd, LOCK_EX) == -1) {
+    errorf ("%s: %s: flock: %m", cmd, path);
+    close (fd);
+    return -1;
+  }
+  return fd;
+}
+
+void
+state_path (const char *device, const char *ext, char *buf, size_t len)
+{
+  const char *base = strrchr (device, '/');
+
+  snprintf (buf, len, "%s/%s.%s", rundir (), base ? base + 1 : device, ext);
+}
+
+int
+record_write (const struct record *r)
+{
+  char path[PATH_MAX], tmp[PATH_MAX + 8];
+  FILE *fp;
+
+  state_path (r->device, "rec", path, sizeof path);
+  snprintf (tmp, sizeof tmp, "%s.tmp", path);
+  fp = fopen (tmp, "we");
+  if (fp == NULL)
+    return -1;
+  fprintf (fp, "device=%s\nimage=%s\nsocket=%s\nreadonly=%d\n"
+           "connections=%u\nblock_size=%" PRIu32 "\ndio_align=%" PRIu32 "\n"
+           "size=%" PRIu64 "\nserver_pid=%d\n",
+           r->device, r->image, r->socket, r->readonly, r->connections,
+           r->block_size, r->dio_align, r->size, (int) r->server_pid);
+  if (fclose (fp) == EOF || rename (tmp, path) == -1) {
+    unlink (tmp);
+    return -1;
+  }
+  return 0;
+}
+
+static void
+set_field (struct record *r, const char *key, const char *value)
+{
+  if (strcmp (key, "device") == 0)
+    snprintf (r->device, sizeof r->device, "%s", value);
+  else if (strcmp (key, "image") == 0)
+    snprintf (r->image, sizeof r->image, "%s", value);
+  else if (strcmp (key, "socket") == 0)
+    snprintf (r->socket, sizeof r->socket, "%s", value);
+  else if (strcmp (key, "readonly") == 0)
+    r->readonly = atoi (value) != 0;
+  else if (strcmp (key, "connections") == 0)
+    r->connections = strtoul (value, NULL, 10);
+  else if (strcmp (key, "block_size") == 0)
+    r->block_size = strtoul (value, NULL, 10);
+  else if (strcmp (key, "dio_align") == 0)
+    r->dio_align = strtoul (value, NULL, 10);
+  else if (strcmp (key, "size") == 0)
+    r->size = strtoull (value, NULL, 10);
+  else if (strcmp (key, "server_pid") == 0)
+    r->server_pid = atoi (value);
+}
+
+static int
+record_read (const char *path, struct record *r)
+{
+  char line[PATH_MAX + 32];
+  FILE *fp = fopen (path, "re");
+
+  if (fp == NULL)
+    return -1;
+  memset (r, 0, sizeof *r);
+  while (fgets (line, sizeof line, fp)) {
+    char *eq = strchr (line, '=');
+
+    line[strcspn (line, "\n")] = '\0';
+    if (eq) {
+      *eq = '\0';
+      set_field (r, line, eq + 1);
+    }
+  }
+  fclose (fp);
+  /* A record without a device is not one of ours. */
+  return nbd_index (r->device) >= 0 ? 0 : -1;
+}
+
+static int
+by_device (const void *a, const void *b)
+{
+  return nbd_index (((const struct record *) a)->device) -
+         nbd_index (((const struct record *) b)->device);
+}
+
+struct record *
+records_load (size_t *n)
+{
+  DIR *dir = opendir (rundir ());
+  struct record *v = NULL;
+  struct dirent *d;
+  size_t cap = 0;
+
+  *n = 0;
+  if (dir == NULL)
+    return NULL;
+  while ((d = readdir (dir)) != NULL) {
+    size_t len = strlen (d->d_name);
+    char path[PATH_MAX];
+
+    if (len < 5 || strcmp (d->d_name + len - 4, ".rec") != 0)
+      continue;
+    if (*n == cap) {
+      struct record *nv = realloc (v, (cap = cap ? cap * 2 : 8) * sizeof *v);
+      if (nv == NULL)
+        break;
+      v = nv;
+    }
+    snprintf (path, sizeof path, "%s/%s", rundir (), d->d_name);
+    if (record_read (path, &v[*n]) == 0)
+      (*n)++;
+  }
+  closedir (dir);
+  if (*n)
+    qsort (v, *n, sizeof *v, by_device);
+  return v;
+}
+
+void
+record_remove (const struct record *r)
+{
+  char path[PATH_MAX];
+
+  state_path (r->device, "sock", path, sizeof path);
+  unlink (path);
+  state_path (r->device, "pid", path, sizeof path);
+  unlink (path);
+  state_path (r->device, "rec", path, sizeof path);
+  unlink (path);
+}

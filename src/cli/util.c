@@ -1,0 +1,111 @@
+/* Messages, number parsing and the few environment settings. */
+#include <config.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+/* Every message names the command and the thing that is wrong:
+ * "pdio attach: /img: No such file or directory".  Callers pass the whole
+ * text; this only ends the line.
+ */
+static void __attribute__ ((format (printf, 1, 0)))
+vsay (const char *fmt, va_list ap)
+{
+  vfprintf (stderr, fmt, ap);
+  fputc ('\n', stderr);
+}
+
+void
+errorf (const char *fmt, ...)
+{
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsay (fmt, ap);
+  va_end (ap);
+}
+
+/* The same today; separate so that a quiet mode could drop warnings. */
+void
+warnf (const char *fmt, ...)
+{
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsay (fmt, ap);
+  va_end (ap);
+}
+
+bool
+parse_uint (const char *s, unsigned long min, unsigned long max,
+            unsigned long *out)
+{
+  char *end;
+  unsigned long v;
+
+  if (s == NULL || *s < '0' || *s > '9')
+    return false;
+  errno = 0;
+  v = strtoul (s, &end, 10);
+  if (errno || *end || v < min || v > max)
+    return false;
+  *out = v;
+  return true;
+}
+
+bool
+is_power_of_two (unsigned long v)
+{
+  return v && (v & (v - 1)) == 0;
+}
+
+static const char *
+env_or (const char *name, const char *dflt)
+{
+  const char *v = getenv (name);
+
+  return v && *v ? v : dflt;
+}
+
+const char *
+rundir (void)
+{
+  return env_or ("PDIO_RUNDIR", "/run/pdio");
+}
+
+const char *
+sysfs (void)
+{
+  return env_or ("PDIO_SYSFS", "/sys");
+}
+
+const char *
+plugin_name (const char *option)
+{
+  return option ? option : env_or ("PDIO_PLUGIN", "pdio");
+}
+
+bool
+need_root (const char *cmd)
+{
+  if (geteuid () == 0)
+    return true;
+  errorf ("%s: must be run as root (it attaches and detaches kernel block "
+          "devices)", cmd);
+  return false;
+}
+
+void
+msleep (unsigned ms)
+{
+  struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+  while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
+    ;
+}

@@ -1,0 +1,103 @@
+# Helpers for the pdio(1) tests (sourced after tests/lib/common.sh).
+#
+# pdio runs with its state in $tmp/run (PDIO_RUNDIR) and, where a test
+# needs attached devices on this machine (whose kernel has no nbd driver),
+# with a fake sysfs (PDIO_SYSFS) and a fake nbd-client that "attaches" by
+# writing the files the kernel would: /sys/block/nbdN/pid and size.  The
+# real thing runs in the VM guest (tests/vm, scenario frontend).
+
+# PDIO_TEST_PDIO tests another build (e.g. a deliberately broken one).
+pdio=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:?run from make check}/src/cli/pdio}
+[ -x "$pdio" ] || hard_error "pdio(1) not built: $pdio"
+
+# fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free, the fake client.
+fe_setup ()
+{
+    export PDIO_RUNDIR=$tmp/run
+    fakesys=$tmp/sys
+    mkdir -p "$fakesys/module/nbd"
+    for _n in 0 1 2 3; do
+        mkdir -p "$fakesys/block/nbd$_n"
+        echo 0 > "$fakesys/block/nbd$_n/size"
+    done
+    at_exit kill_leftovers
+    fake_client=$tmp/fake-nbd-client
+    cat > "$fake_client" <<'EOS'
+#!/bin/sh
+# A stand-in for nbd-client on a kernel without nbd: records its
+# arguments, checks the server answers, and writes what the kernel would.
+sys=${PDIO_SYSFS:?}
+echo "$*" >> "$sys/nbd-client.args"
+if [ "$1" = -d ]; then
+    n=${2#/dev/}; rm -f "$sys/block/$n/pid"; echo 0 > "$sys/block/$n/size"
+    exit 0
+fi
+n=${3#/dev/}
+size=$(nbdinfo --size "nbd+unix:///?socket=$2") || exit 1
+echo $$ > "$sys/block/$n/pid"
+echo $((size / 512)) > "$sys/block/$n/size"
+echo "Negotiation: ..size = $((size / 1048576))MB"
+EOS
+    chmod +x "$fake_client"
+}
+
+# At exit, even when a test failed half way (or a broken build of pdio
+# left a server behind): stop every process whose command line names this
+# test's directory (servers of its images, pdio serve), by pid.
+kill_leftovers ()
+{
+    _pids=$(pgrep -f -- "$tmp/" || true)
+    [ -n "$_pids" ] || return 0
+    echo "stopping leftover processes: $_pids"
+    # shellcheck disable=SC2086
+    kill -TERM $_pids 2>/dev/null
+    sleep 1
+    # shellcheck disable=SC2086
+    kill -KILL $_pids 2>/dev/null
+}
+
+# with_fakes CMD...: run CMD with the fake sysfs and nbd-client.
+with_fakes ()
+{
+    PDIO_SYSFS=$fakesys PDIO_NBD_CLIENT=$fake_client "$@"
+}
+
+# expect_status N LOG CMD...: CMD exits with N; its stdout+stderr in LOG.
+expect_status ()
+{
+    _want=$1 _log=$2; shift 2
+    _st=0
+    "$@" > "$_log" 2>&1 || _st=$?
+    cat "$_log"
+    [ "$_st" = "$_want" ] || fail "exit status $_st, expected $_want: $*"
+}
+
+# No pdio state left: nothing but the lock file in $PDIO_RUNDIR.
+no_state ()
+{
+    _left=$(ls "$PDIO_RUNDIR" 2>/dev/null | grep -v '^lock$' || true)
+    [ -z "$_left" ] || fail "left in $PDIO_RUNDIR: $_left"
+}
+
+# No nbdkit serving FILE.
+no_server_of ()
+{
+    _left=$(pgrep -af "nbdkit.*file=$1" || true)
+    [ -z "$_left" ] || fail "an nbdkit still serves $1: $_left"
+}
+
+# The image's lock is free: a writer can serve it.
+lock_free ()
+{
+    "$NBDKIT" -U - "$PLUGIN" file="$1" --run true ||
+        fail "$1 is still locked"
+}
+
+# PID is a live process (a zombie is not: an exited daemon waits for
+# whoever adopted it to reap it).
+alive ()
+{
+    [ -r "/proc/$1/stat" ] || return 1
+    _state=$(sed 's/^[^)]*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$_state" ] && [ "$_state" != Z ]
+}
