@@ -1,8 +1,9 @@
 #!/bin/bash
 # bench/syscalls.sh — what one I/O costs a server, in counts: context
 # switches and system calls per I/O, counted with perf on the server's PID
-# over the middle of a fio run.  Counts do not move with the host's load the
-# way IOPS and CPU time do, so this is the tool for before/after comparisons
+# over a whole fio run (fio's I/O count is the divisor).  Counts do not
+# move with the host's load the way IOPS and CPU time do, so this is the
+# tool for before/after comparisons
 # of the data path (docs/performance.md, "Where pdio's time goes").
 #
 # Usage: bench/syscalls.sh [--job rr|rw|rr4x8] [--seconds S] SERVER...
@@ -18,7 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 plugin=${PDIO_PLUGIN:-$here/../plugin/.libs/pdio.so}
 dir=${BENCH_DIR:-/var/tmp/pdio-bench}
 img=$dir/disk.img
-job=rr seconds=4
+job=rr seconds=6
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -91,25 +92,22 @@ start_server() {  # start_server NAME SOCKET: sets pid
 for server in "$@"; do
     sock=$work/$server.sock
     start_server "$server" "$sock"
-    # fio measures after a 2 s ramp, perf counts from 2 s for $seconds.
-    runtime=$((seconds + 1))
-    fio --name=x --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --bs=4k \
-        $fio_job --time_based --ramp_time=2 --runtime=$runtime --norandommap \
-        --output-format=json --output="$work/fio.json" >/dev/null &
-    fio_pid=$!
-    sleep 2
-    perf stat -x, -e "$events" -p "$pid" -- sleep "$seconds" 2>"$work/perf.txt"
-    wait "$fio_pid"
+    # perf counts the server for exactly as long as fio runs, and fio's
+    # total I/O count (no ramp) is the divisor.
+    perf stat -x, -e "$events" -p "$pid" -- \
+        fio --name=x --ioengine=nbd --uri="nbd+unix:///?socket=$sock" --bs=4k \
+        $fio_job --time_based --runtime="$seconds" --norandommap \
+        --output-format=json --output="$work/fio.json" >/dev/null 2>"$work/perf.txt"
     kill "$pid"
     while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
     pid=""
-    python3 - "$server" "$job" "$seconds" "$runtime" "$work/fio.json" "$work/perf.txt" <<'EOF'
+    python3 - "$server" "$job" "$seconds" "$work/fio.json" "$work/perf.txt" <<'EOF'
 import json, sys
-server, job, seconds, runtime, fio_json, perf_txt = sys.argv[1:]
+server, job, seconds, fio_json, perf_txt = sys.argv[1:]
 text = open(fio_json).read()
 j = json.loads(text[text.index("{"):])["jobs"][0]
-iops = j["read"]["iops"] + j["write"]["iops"]
-n = iops * float(seconds)     # I/Os inside the counted window
+n = j["read"]["total_ios"] + j["write"]["total_ios"]
+iops = n / float(seconds)
 cells = []
 for line in open(perf_txt):
     f = line.strip().split(",")
