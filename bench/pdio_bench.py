@@ -811,7 +811,7 @@ def do_run(args):
     if interrupted:
         return 130
     if args.publish:
-        publish(outdir)
+        publish([outdir])
     return 0 if ok else 3
 
 
@@ -1208,27 +1208,33 @@ BEGIN = "<!-- bench:begin (bench/run.sh --publish rewrites this block) -->"
 END = "<!-- bench:end -->"
 
 
-def publish(outdir):
-    """Rewrites the results block of docs/performance.md.  Only a final run
-    (jobs of 10 s or more, at least two repetitions) also replaces the
-    chart in docs/; a shorter one is labelled provisional."""
-    with open(os.path.join(outdir, "results.json")) as f:
-        doc = json.load(f)
-    m = doc["meta"]
-    final = m["runtime_s"] >= 10 and len(reps_of(doc)) >= 2
-    md = read_file(os.path.join(outdir, "summary.md"))
-    png = os.path.join(outdir, "ratios.png")
+def publish(outdirs):
+    """Rewrites the results block of docs/performance.md with the summary
+    of each run in outdirs, in order.  Only a final run (jobs of 10 s or
+    more, at least two repetitions) also replaces the chart in docs/ (the
+    last final run's); a shorter one is labelled provisional."""
     block = BEGIN + "\n\n"
-    if not final:
-        block += ("**Provisional** (%gs jobs, %d repetition(s), on a busy "
-                  "machine): not one of the final runs; the chart in docs/ "
-                  "is not updated for it.  Chart of this run: "
-                  "bench/results/%s/ratios.png (not committed).\n\n"
-                  % (m["runtime_s"], len(reps_of(doc)), m["run_id"]))
-    block += md.rstrip() + "\n\n"
-    if final and os.path.exists(png):
-        shutil.copyfile(png, PERF_PNG)
-        block += "![ratios](%s)\n\n" % os.path.basename(PERF_PNG)
+    chart_png = None
+    for outdir in outdirs:
+        with open(os.path.join(outdir, "results.json")) as f:
+            doc = json.load(f)
+        m = doc["meta"]
+        final = m["runtime_s"] >= 10 and len(reps_of(doc)) >= 2
+        md = read_file(os.path.join(outdir, "summary.md"))
+        png = os.path.join(outdir, "ratios.png")
+        if not final:
+            block += ("**Provisional** (%gs jobs, %d repetition(s), on a "
+                      "busy machine): not one of the final runs; the chart "
+                      "in docs/ is not updated for it.  Chart of this run: "
+                      "bench/results/%s/ratios.png (not committed).\n\n"
+                      % (m["runtime_s"], len(reps_of(doc)), m["run_id"]))
+        block += md.rstrip() + "\n\n"
+        if final and os.path.exists(png):
+            chart_png = png
+    if chart_png:
+        shutil.copyfile(chart_png, PERF_PNG)
+        block += "![ratios of the last run above](%s)\n\n" \
+            % os.path.basename(PERF_PNG)
     block += END
     text = read_file(PERF_MD) if os.path.exists(PERF_MD) else \
         "# pdio performance\n\n"
@@ -1240,9 +1246,9 @@ def publish(outdir):
         text = text.rstrip() + "\n\n## Results\n\n" + block + "\n"
     with open(PERF_MD, "w") as f:
         f.write(text)
-    log("published to %s%s" % (PERF_MD, " and " + PERF_PNG
-                               if final and os.path.exists(png) else
-                               " (provisional: chart not copied)"))
+    log("published %d run(s) to %s%s" % (
+        len(outdirs), PERF_MD,
+        " and " + PERF_PNG if chart_png else " (provisional: chart not copied)"))
 
 
 def load_results(path):
@@ -1289,17 +1295,24 @@ def main():
                    help="evaluate the targets from a results.json or run "
                         "directory (default: the latest run); no benchmark")
     p.add_argument("--report", nargs="?", const="", metavar="RESULTS",
-                   help="re-render summary.md and the chart from results")
+                   help="re-render summary.md and the chart from results "
+                        "(several runs, comma-separated: with --publish, "
+                        "all of them go into docs/performance.md)")
     args = p.parse_args()
 
     if args.check is not None:
         doc, _ = load_results(args.check or None)
         return 0 if check(doc) else 3
     if args.report is not None:
-        doc, outdir = load_results(args.report or None)
-        report(doc, outdir)
+        # RESULTS may name several runs (comma-separated): --publish puts
+        # all of them in docs/performance.md, in that order.
+        outdirs = []
+        for one in (args.report or "").split(",") if args.report else [None]:
+            doc, outdir = load_results(one)
+            report(doc, outdir)
+            outdirs.append(outdir)
         if args.publish:
-            publish(outdir)
+            publish(outdirs)
         return 0
     if args.smoke:
         args.runtime, args.ramp = 2, 1
