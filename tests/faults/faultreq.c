@@ -385,9 +385,9 @@ main (int argc, char *argv[])
   connect_now ();
 
   for (int i = optind; i < argc; i++) {
-    char *req = strdup (argv[i]), *f[MAX_FIELDS], *suffix, *save;
-    int n = 0, want = 0, err, before;
-    bool optional = false;
+    char *req = strdup (argv[i]), *f[MAX_FIELDS];
+    int n, want, err, before;
+    bool optional;
 
     if (!req)
       hard_error ("out of memory");
@@ -414,16 +414,7 @@ main (int argc, char *argv[])
       free (req);
       continue;
     }
-    if ((suffix = strpbrk (req, "!?")) != NULL) {
-      optional = *suffix == '?';
-      *suffix++ = '\0';
-      want = parse_errname (suffix);
-    }
-    for (char *p = strtok_r (req, ":", &save); p && n < MAX_FIELDS;
-         p = strtok_r (NULL, ":", &save))
-      f[n++] = p;
-    if (n == 0)
-      hard_error ("empty request");
+    n = split_request (req, f, MAX_FIELDS, &want, &optional);
 
     before = t.status;
     t.status = 0;

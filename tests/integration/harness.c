@@ -405,3 +405,24 @@ has_word (char **f, int n, int from, const char *word)
       return true;
   return false;
 }
+
+int
+split_request (char *req, char **f, int max, int *want, bool *optional)
+{
+  char *suffix, *save;
+  int n = 0;
+
+  *want = 0;
+  *optional = false;
+  if ((suffix = strpbrk (req, "!?")) != NULL) {
+    *optional = *suffix == '?';
+    *suffix++ = '\0';
+    *want = parse_errname (suffix);
+  }
+  for (char *p = strtok_r (req, ":", &save); p && n < max;
+       p = strtok_r (NULL, ":", &save))
+    f[n++] = p;
+  if (n == 0)
+    hard_error ("empty request");
+  return n;
+}

@@ -45,6 +45,14 @@ extern int parse_errname (const char *s);
 extern const char *errname (int err);
 extern bool has_word (char **f, int n, int from, const char *word);
 
+/* Splits a request word "op:field:...[!ERRNAME|?ERRNAME]" in place: its
+ * ':'-separated fields into f[0..max) (returns how many; exits on none),
+ * the errno it must fail with into *want (0: must succeed) and whether
+ * that failure is only allowed ('?') rather than required ('!').
+ */
+extern int split_request (char *req, char **f, int max, int *want,
+                          bool *optional);
+
 extern void *xmalloc (size_t n);
 extern void *xcalloc (size_t n, size_t size);
 extern uint64_t parse_u64 (const char *s, const char *what);

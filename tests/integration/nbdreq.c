@@ -168,23 +168,14 @@ main (int argc, char *argv[])
     nbd_fail ("nbd_set_strict_mode");
 
   for (int i = 2; i < argc; i++) {
-    char *req = strdup (argv[i]), *f[MAX_FIELDS], *suffix, *save;
-    int n = 0, want = 0, err;
-    bool optional = false;
+    char *req = strdup (argv[i]), *f[MAX_FIELDS];
+    int n, want, err;
+    bool optional;
     uint64_t bad_byte_at = UINT64_MAX;
 
     if (!req)
       hard_error ("out of memory");
-    if ((suffix = strpbrk (req, "!?")) != NULL) {
-      optional = *suffix == '?';
-      *suffix++ = '\0';
-      want = parse_errname (suffix);
-    }
-    for (char *p = strtok_r (req, ":", &save); p && n < MAX_FIELDS;
-         p = strtok_r (NULL, ":", &save))
-      f[n++] = p;
-    if (n == 0)
-      hard_error ("empty request");
+    n = split_request (req, f, MAX_FIELDS, &want, &optional);
 
     err = run (h, f, n, &bad_byte_at);
     printf ("%s -> %s\n", argv[i], err ? errname (err) : "ok");
