@@ -88,9 +88,7 @@ connect_now (void)
       == -1)
     nbd_fail ("nbd_set_strict_mode");
   track_handles (&t.h, 1);
-  if ((uint64_t) nbd_get_size (t.h) != t.size)
-    fail ("the export is %" PRId64 " bytes, the image %" PRIu64,
-          nbd_get_size (t.h), t.size);
+  expect_export_size (t.h, t.size);
 }
 
 static void

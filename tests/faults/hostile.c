@@ -175,9 +175,7 @@ connect_libnbd (void)
   if (nbd_set_strict_mode (t.h, 0) == -1)
     nbd_fail ("nbd_set_strict_mode");
   track_handles (&t.h, 1);
-  if ((uint64_t) nbd_get_size (t.h) != t.size)
-    fail ("the export is %" PRId64 " bytes, the image %" PRIu64,
-          nbd_get_size (t.h), t.size);
+  expect_export_size (t.h, t.size);
 }
 
 static int

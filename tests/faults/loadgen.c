@@ -195,9 +195,7 @@ main (int argc, char *argv[])
   }
   for (int i = 0; i < nconns; i++) {
     h[i] = connect_socket (argv[optind]);
-    if ((uint64_t) nbd_get_size (h[i]) != g.size)
-      fail ("the export is %" PRId64 " bytes, the image %" PRIu64,
-            nbd_get_size (h[i]), g.size);
+    expect_export_size (h[i], g.size);
   }
   track_handles (h, nconns);
   g.nslots = nconns * depth;

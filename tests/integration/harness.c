@@ -194,6 +194,17 @@ connect_socket (const char *sock)
 }
 
 void
+expect_export_size (struct nbd_handle *h, uint64_t size)
+{
+  int64_t got = nbd_get_size (h);
+
+  if (got == -1)
+    nbd_fail ("nbd_get_size");
+  if ((uint64_t) got != size)
+    fail ("the export is %" PRId64 " bytes, the image %" PRIu64, got, size);
+}
+
+void
 disconnect (struct nbd_handle *h)
 {
   if (nbd_aio_in_flight (h) > 0)

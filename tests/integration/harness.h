@@ -77,6 +77,9 @@ extern uint64_t seed_from_clock (void);
  */
 extern struct nbd_handle *connect_socket (const char *sock);
 
+/* Fails the test unless the export is exactly size bytes (the image). */
+extern void expect_export_size (struct nbd_handle *h, uint64_t size);
+
 /* Disconnects cleanly: nothing may be in flight (an abrupt hang-up with
  * replies queued crashes nbdkit 1.32.5, see field notes).
  */

@@ -206,6 +206,19 @@ wait_writes (struct nbd_handle *h, struct cmd *cmds, int want)
   }
 }
 
+/* The server went away in cycle i (what: how the client found out):
+ * churn.sh reads the "server gone" line and decides whether that was
+ * allowed.  Closes the handle and the journal; the caller returns 3.
+ */
+static void
+server_gone (struct nbd_handle *h, FILE *jf, uint64_t i, const char *what)
+{
+  fprintf (stderr, "churn: cycle %" PRIu64 ": %s\n", i, what);
+  printf ("server gone at cycle %" PRIu64 "\n", i);
+  nbd_close (h);
+  fclose (jf);
+}
+
 static int
 do_churn (const char *sock, int pid, bool abrupt, uint64_t first,
           uint64_t cycles, uint64_t warmup, const char *journal)
@@ -237,10 +250,7 @@ do_churn (const char *sock, int pid, bool abrupt, uint64_t first,
                              ~LIBNBD_STRICT_ALIGN) == -1)
       nbd_fail ("nbd_set_strict_mode");
     if (nbd_connect_unix (h, sock) == -1) {
-      fprintf (stderr, "churn: connect: %s\n", nbd_get_error ());
-      printf ("server gone at cycle %" PRIu64 "\n", i);
-      fclose (jf);
-      nbd_close (h);
+      server_gone (h, jf, i, nbd_get_error ());
       return 3;
     }
     memset (cmds, 0, sizeof cmds);
@@ -262,20 +272,13 @@ do_churn (const char *sock, int pid, bool abrupt, uint64_t first,
       }
       if (cookie == -1) {
         /* The server died between connect and here. */
-        fprintf (stderr, "churn: cycle %" PRIu64 ": %s\n", i,
-                 nbd_get_error ());
-        printf ("server gone at cycle %" PRIu64 "\n", i);
-        nbd_close (h);
-        fclose (jf);
+        server_gone (h, jf, i, nbd_get_error ());
         return 3;
       }
     }
     if (!wait_writes (h, cmds, 2)) {
-      fprintf (stderr, "churn: cycle %" PRIu64 ": %s\n", i,
-               nbd_get_error () ? nbd_get_error () : "connection closed");
-      printf ("server gone at cycle %" PRIu64 "\n", i);
-      nbd_close (h);
-      fclose (jf);
+      server_gone (h, jf, i, nbd_get_error () ? nbd_get_error ()
+                                              : "connection closed");
       return 3;
     }
     /* Once, with a connection open: proves the counters see the worker
@@ -287,11 +290,7 @@ do_churn (const char *sock, int pid, bool abrupt, uint64_t first,
       nbd_close (h);            /* with replies still due */
     else {
       if (nbd_shutdown (h, 0) == -1) {
-        fprintf (stderr, "churn: cycle %" PRIu64 ": nbd_shutdown: %s\n", i,
-                 nbd_get_error ());
-        printf ("server gone at cycle %" PRIu64 "\n", i);
-        nbd_close (h);
-        fclose (jf);
+        server_gone (h, jf, i, nbd_get_error ());
         return 3;
       }
       nbd_close (h);

@@ -53,18 +53,6 @@
 static unsigned char shadow[IMAGE_SIZE];
 static atomic_bool stop_monitor;
 
-static uint64_t
-rnd (uint64_t *s)
-{
-  uint64_t x = *s;
-
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
-
 static void
 quiet (const char *fmt, va_list args)
 {
@@ -89,14 +77,14 @@ writer (void *p)
   for (int i = 0; i < ROUNDS; i++) {
     /* A piece of one of my stripes, at a random buffer alignment. */
     uint64_t nstripes = SHARED_SIZE / STRIPE / WRITERS;
-    uint64_t stripe = (rnd (&s) % nstripes) * WRITERS + a->id;
-    uint64_t off = stripe * STRIPE + rnd (&s) % 8;
-    size_t len = 1 + rnd (&s) % (STRIPE - 8);
-    unsigned char *b = buf + rnd (&s) % 32;
-    unsigned flags = rnd (&s) % 8 == 0 ? PDIO_FUA : 0;
+    uint64_t stripe = (unit_rand (&s) % nstripes) * WRITERS + a->id;
+    uint64_t off = stripe * STRIPE + unit_rand (&s) % 8;
+    size_t len = 1 + unit_rand (&s) % (STRIPE - 8);
+    unsigned char *b = buf + unit_rand (&s) % 32;
+    unsigned flags = unit_rand (&s) % 8 == 0 ? PDIO_FUA : 0;
 
     for (size_t k = 0; k < len; k++)
-      b[k] = rnd (&s);
+      b[k] = unit_rand (&s);
     CHECK (pdio_write (a->img, b, len, off, flags) == 0, "write");
     memcpy (shadow + off, b, len);         /* my bytes only */
     CHECK (pdio_read (a->img, back, len, off) == 0, "read");
@@ -105,20 +93,20 @@ writer (void *p)
            len, off);
 
     /* My own region: writes, zeroes, trims. */
-    uint64_t o2 = own + rnd (&s) % (OWN_SIZE - 8192);
-    size_t l2 = 1 + rnd (&s) % 8192;
-    switch (rnd (&s) % 4) {
+    uint64_t o2 = own + unit_rand (&s) % (OWN_SIZE - 8192);
+    size_t l2 = 1 + unit_rand (&s) % 8192;
+    switch (unit_rand (&s) % 4) {
     case 0: case 1: {
-      unsigned char *bb = big + rnd (&s) % 64;
+      unsigned char *bb = big + unit_rand (&s) % 64;
       for (size_t k = 0; k < l2; k++)
-        bb[k] = rnd (&s);
+        bb[k] = unit_rand (&s);
       CHECK (pdio_write (a->img, bb, l2, o2, flags) == 0, "own write");
       memcpy (shadow + o2, bb, l2);
       break;
     }
     case 2:
       CHECK (pdio_zero (a->img, l2, o2,
-                        (rnd (&s) % 2 ? PDIO_MAY_TRIM : 0) | flags) == 0,
+                        (unit_rand (&s) % 2 ? PDIO_MAY_TRIM : 0) | flags) == 0,
              "zero");
       memset (shadow + o2, 0, l2);
       break;
@@ -136,12 +124,12 @@ writer (void *p)
 
     /* Writer 0 also owns the tail (buffered path, page-wide lock). */
     if (a->id == 0 && i % 10 == 0) {
-      uint64_t o3 = TAIL_BASE + rnd (&s) % (IMAGE_SIZE - TAIL_BASE);
-      size_t l3 = 1 + rnd (&s) % (IMAGE_SIZE - o3);
+      uint64_t o3 = TAIL_BASE + unit_rand (&s) % (IMAGE_SIZE - TAIL_BASE);
+      size_t l3 = 1 + unit_rand (&s) % (IMAGE_SIZE - o3);
       if (l3 > 4096)
         l3 = 4096;
       for (size_t k = 0; k < l3; k++)
-        big[k] = rnd (&s);
+        big[k] = unit_rand (&s);
       CHECK (pdio_write (a->img, big, l3, o3, flags) == 0, "tail write");
       memcpy (shadow + o3, big, l3);
     }
