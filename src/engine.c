@@ -393,6 +393,7 @@ engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,
                      const void *buf, size_t count, uint64_t offset,
                      unsigned flags)
 {
+  const bool fua = flags & PDIO_FUA;
   size_t direct = 0;
   int r;
 
@@ -400,14 +401,19 @@ engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,
     direct = count < img->direct_end - offset
       ? count : img->direct_end - offset;
   if (direct) {
+    /* FUSE loses the error of the sync an RWF_DSYNC write does (see
+     * check_filesystem): there FUA is the write, then fdatasync.
+     */
     r = engine_rw_direct (img, ctx, true, (char *) buf, direct, offset,
-                   (flags & PDIO_FUA) ? RWF_DSYNC : 0);
+                          fua && !img->on_fuse ? RWF_DSYNC : 0);
     if (r < 0)
       return r;
   }
-  if (direct < count)
+  if (direct < count)           /* syncs itself for FUA */
     return write_tail (img, (const char *) buf + direct, count - direct,
                        offset + direct, flags);
+  if (fua && img->on_fuse && fdatasync (img->fd) == -1)
+    return -errno;
   return 0;
 }
 
@@ -869,12 +875,14 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
     goto fail;
 
   engine_debug (img, "%s: %s%s, size %" PRIu64 ", direct-I/O alignment %u "
-                "(reads %u, memory %u, from %s), fs block %u, backend %s",
+                "(reads %u, memory %u, from %s), fs block %u, backend %s%s",
                 img->file, img->geo.blockdev ? "block device" : "file",
                 img->readonly ? " (read-only)" : "", img->geo.size,
                 img->geo.offset_align, img->geo.read_align,
                 img->geo.mem_align, img->geo.source, img->geo.fs_block,
-                img->backend == PDIO_BACKEND_URING ? "io_uring" : "psync");
+                img->backend == PDIO_BACKEND_URING ? "io_uring" : "psync",
+                img->bounce_canary ? ", bounce canary on (free bounce pages "
+                "filled with 0xa5)" : "");
   *imgp = img;
   return 0;
 
@@ -921,17 +929,15 @@ pdio_close (struct pdio_image *img)
 void
 pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 {
-  uint32_t pref = img->geo.fs_block > 4096 ? img->geo.fs_block : 4096;
-  uint32_t min = img->geo.offset_align;
-
-  /* Clients may only send whole minimum blocks, so an image whose size is
-   * not a multiple of the alignment advertises a smaller minimum (any
-   * request works; the tail costs a read-modify-write).
+  /* Any byte is addressable (the engine does the read-modify-write), so
+   * the minimum is 1, as qemu-nbd advertises.  Requests aligned to the
+   * direct-I/O alignment are the ones that need no read-modify-write, which
+   * is what the NBD spec calls the preferred size; it is also the smallest
+   * logical block the kernel's client may use, so the front ends take the
+   * kernel's block size from it.  nbdkit wants a preferred size >= 512.
    */
-  while (img->geo.size % min)
-    min /= 2;
-  if (pref < img->geo.offset_align)
-    pref = img->geo.offset_align;
+  uint32_t pref = img->geo.offset_align > 512 ? img->geo.offset_align : 512;
+
   *info = (struct pdio_info) {
     .size = img->geo.size,
     .readonly = img->readonly,
@@ -940,7 +946,7 @@ pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
     .offset_align = img->geo.offset_align,
     .mem_align = img->geo.mem_align,
     .fs_block = img->geo.fs_block,
-    .block_min = min,
+    .block_min = 1,
     .block_preferred = pref,
     .block_max = PDIO_MAX_BLOCK,
     .backend = img->backend,

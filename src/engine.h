@@ -59,9 +59,10 @@ struct pdio_info {
   uint32_t offset_align;        /* direct-I/O offset and length alignment */
   uint32_t mem_align;           /* direct-I/O memory alignment */
   uint32_t fs_block;            /* allocation unit: holes come in these */
-  /* What to advertise.  block_min is the alignment, or for an image whose
-   * size is not a multiple of it, the largest power of two dividing the
-   * size: the NBD spec wants the size to be a multiple of the minimum.
+  /* What to advertise: minimum 1 (any byte offset works, with
+   * read-modify-write below the alignment), preferred = the direct-I/O
+   * alignment (at least 512: no read-modify-write at or above it, and the
+   * kernel client's logical block size), maximum 32 MiB.
    */
   uint32_t block_min, block_preferred, block_max;
   enum pdio_backend backend;    /* URING or PSYNC, as chosen */

@@ -1,8 +1,8 @@
 /* pdio attach: an image becomes /dev/nbdN.
  *
  * nbdkit serves the image with pdio.so on RUNDIR/nbdN.sock (its log in
- * RUNDIR/nbdN.log), pdio asks it for the minimum block size it advertises
- * (the image's direct-I/O alignment), and nbd-client attaches the device
+ * RUNDIR/nbdN.log), pdio asks it for the preferred block size it
+ * advertises (the image's direct-I/O alignment), and nbd-client attaches the device
  * with that block size, multi-conn connections and a timeout.  Any failure
  * undoes every step taken so far: no stray nbdkit, no half-attached device,
  * no record.
@@ -299,15 +299,15 @@ start_server (const struct attach_opts *o, struct attach *a,
   return false;
 }
 
-/* The block size for nbd-client: the advertised minimum (the image's
- * direct-I/O alignment), within the kernel's limits, raised by
- * --block-size.  0 if --block-size asks for less than the minimum.
+/* The block size for nbd-client: the advertised preferred size (the
+ * image's direct-I/O alignment; pdio's minimum is 1), within the kernel's
+ * limits, raised by --block-size.  0 if --block-size asks for less.
  */
 static uint32_t
 choose_block_size (const struct attach_opts *o, const struct attach *a,
                    const struct server_info *info)
 {
-  uint32_t min = info->block_min ? info->block_min : MIN_BLOCK_SIZE;
+  uint32_t min = info->dio_align ? info->dio_align : MIN_BLOCK_SIZE;
   uint32_t bs = min < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE : min;
 
   if (bs > MAX_BLOCK_SIZE) {
@@ -419,7 +419,7 @@ attach_locked (const struct attach_opts *o, struct attach *a)
   if (!start_server (o, a, &info))
     goto fail;
   a->rec.readonly = info.readonly;
-  a->rec.dio_align = info.block_min;
+  a->rec.dio_align = info.dio_align;
   a->rec.size = info.size;
   a->rec.connections = o->connections ? o->connections : default_connections ();
   if (a->rec.connections > 1 && !info.multi_conn) {

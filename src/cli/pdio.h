@@ -69,7 +69,8 @@ struct record {
   bool readonly;
   unsigned connections;
   uint32_t block_size;          /* what nbd-client was given */
-  uint32_t dio_align;           /* the minimum block size pdio.so advertises */
+  uint32_t dio_align;           /* the preferred block size the server
+                                   advertises: pdio's direct-I/O alignment */
   uint64_t size;
   pid_t server_pid;
 };
@@ -142,7 +143,10 @@ struct server_opts {
 };
 struct server_info {
   uint64_t size;
-  uint32_t block_min;           /* 0 if not advertised */
+  uint32_t block_min;           /* 0 if not advertised; 1 from pdio */
+  uint32_t dio_align;           /* the preferred block size: pdio's direct-
+                                   I/O alignment, the smallest logical block
+                                   the kernel may use; 0 if not advertised */
   bool readonly;
   bool multi_conn;
 };

@@ -88,15 +88,15 @@ static void
 print_how_to_attach (const struct serve_opts *o, const char *image,
                      const struct server_info *info)
 {
-  uint32_t bs = info->block_min < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE
-                                                 : info->block_min;
+  uint32_t bs = info->dio_align < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE
+                                                 : info->dio_align;
   char host[256] = "HOST";
 
   if (bs > MAX_BLOCK_SIZE)
     bs = MAX_BLOCK_SIZE;
-  printf ("serving %s: %" PRIu64 " bytes, %s, minimum block size %" PRIu32
-          "\n", image, info->size, info->readonly ? "read-only" : "read-write",
-          info->block_min);
+  printf ("serving %s: %" PRIu64 " bytes, %s, direct-I/O alignment (NBD "
+          "preferred block size) %" PRIu32 "\n", image, info->size,
+          info->readonly ? "read-only" : "read-write", info->dio_align);
   if (o->socket) {
     printf ("uri: nbd+unix:///?socket=%s\n", o->socket);
     printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",

@@ -71,7 +71,7 @@ query_once (const char *socket, const char *port, struct server_info *info,
             char *why, size_t len)
 {
   struct nbd_handle *h = nbd_create ();
-  int64_t size, min;
+  int64_t size, min, pref;
   bool ok = false;
 
   if (h == NULL) {
@@ -81,11 +81,13 @@ query_once (const char *socket, const char *port, struct server_info *info,
   if ((socket ? nbd_connect_unix (h, socket)
               : nbd_connect_tcp (h, "localhost", port)) == -1 ||
       (size = nbd_get_size (h)) == -1 ||
-      (min = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM)) == -1)
+      (min = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM)) == -1 ||
+      (pref = nbd_get_block_size (h, LIBNBD_SIZE_PREFERRED)) == -1)
     snprintf (why, len, "%s", nbd_get_error ());
   else {
     info->size = size;
     info->block_min = min;
+    info->dio_align = pref;
     info->readonly = nbd_is_read_only (h) == 1;
     info->multi_conn = nbd_can_multi_conn (h) == 1;
     ok = true;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # 4 KiB backing: an ext4 file system on a loop device with 4096-byte
 # logical sectors, so the image's direct-I/O alignment is 4096 (512-byte
-# O_DIRECT fails there).  pdio must advertise a minimum block size of
-# 4096, refuse align=512 (below what the file allows), and pass the
+# O_DIRECT fails there).  pdio must advertise a preferred block size of
+# 4096 (the minimum is 1), refuse align=512 (below what the file allows), and pass the
 # shadow-model and the interleaved-write tests with every request mapped
 # onto 4 KiB blocks.
 set -eu
@@ -33,9 +33,9 @@ fi
 start_server "$tmp/info.log" "$PLUGIN" file="$dir/probe"
 nbdinfo --json "$uri" > "$tmp/info.json"
 stop_server
-min=$(info_field "$tmp/info.json" block_size_minimum)
-echo "4K file system: block_size_minimum=$min"
-[ "$min" = 4096 ] || fail "minimum block size '$min' on a 4K file system, expected 4096"
+pref=$(info_field "$tmp/info.json" block_size_preferred)
+echo "4K file system: block_size_preferred=$pref"
+[ "$pref" = 4096 ] || fail "preferred block size '$pref' on a 4K file system, expected 4096"
 
 expect_start_failure "$tmp/align512.log" "$PLUGIN" file="$dir/probe" align=512
 log_has "$tmp/align512.log" "align=512"
