@@ -22,7 +22,8 @@
  * given: with it, Linux (6.18) turns a short direct write into EIO and, for
  * io_uring, drops the fsync error of an RWF_DSYNC write from its completion
  * (it surfaces at the next fdatasync instead), so neither fault could be
- * injected faithfully.  --trace logs every request and its fate to stderr.
+ * injected faithfully.  inject.tap still runs its FUA and flush cases with
+ * --async-dio: pdio must not rely on RWF_DSYNC's error on FUSE.  --trace logs every request and its fate to stderr.
  *
  * Rules:
  *   OP [off=X] [nth=N] [times=K] ACTION
