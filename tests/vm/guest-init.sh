@@ -130,25 +130,31 @@ serve() {
     nbdinfo --no-content --json "nbd+unix:///?socket=$SOCK" > "$STATE/info.json"
     cat "$STATE/info.json"
     min=$(sed -n 's/.*"block_size_minimum": *\([0-9]*\).*/\1/p' "$STATE/info.json")
+    pref=$(sed -n 's/.*"block_size_preferred": *\([0-9]*\).*/\1/p' "$STATE/info.json")
     mc=$(sed -n 's/.*"can_multi_conn": *\([a-z]*\).*/\1/p' "$STATE/info.json")
     trim=$(sed -n 's/.*"can_trim": *\([a-z]*\).*/\1/p' "$STATE/info.json")
-    if [ -z "$min" ]; then
+    if [ -z "$pref" ]; then
         # pdio must advertise it; nbdkit's file plugin does not.
-        [ "$plugin" = pdio ] && { echo "no block_size_minimum advertised"; return 1; }
-        min=512
+        [ "$plugin" = pdio ] && { echo "no block_size_preferred advertised"; return 1; }
+        pref=512
     fi
-    echo "$min" > "$STATE/minblock"
-    detail "advertises block size minimum $min, multi-conn $mc, trim $trim"
+    # The preferred size is pdio's direct-I/O alignment: the smallest
+    # logical block the kernel may use.
+    echo "$pref" > "$STATE/dioblock"
+    detail "advertises block sizes minimum ${min:-none}, preferred $pref, multi-conn $mc, trim $trim"
     if [ "$plugin" = pdio ]; then
-        # The contract: pdio advertises its sizes, multi-conn and trim.
-        [ "$mc" = true ] && [ "$trim" = true ]
+        # The contract: pdio advertises minimum 1 (any offset), multi-conn
+        # and trim.
+        [ "$min" = 1 ] && [ "$mc" = true ] && [ "$trim" = true ]
     fi
 }
 
-# attach BLOCKSIZE CONNECTIONS: the kernel client, netlink mode (the default).
+# attach BLOCKSIZE CONNECTIONS [FLAG...]: the kernel client, netlink mode
+# (the default) unless a FLAG says -nonetlink.
 attach() {
     bs=$1 conns=$2
-    nbd-client -unix "$SOCK" "$DEV" -b "$bs" -C "$conns"
+    shift 2
+    nbd-client -unix "$SOCK" "$DEV" -b "$bs" -C "$conns" "$@"
     i=0
     while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
         i=$((i + 1)); [ $i -lt 100 ] || return 1; sleep 0.1
@@ -321,7 +327,7 @@ stop_server() {
 
 # --- scenario building blocks ------------------------------------------------------
 
-attach_advertised() { attach "$(cat "$STATE/minblock")" "$1"; }
+attach_advertised() { attach "$(cat "$STATE/dioblock")" "$1"; }
 
 fs_round_trip() {   # fs_round_trip LABEL FS
     label=$1 fs=$2
@@ -346,11 +352,28 @@ server_end() {      # server_end LABEL (after detach)
 
 scenario_ext4() {
     step "ext4: nbdkit pdio.so serving disk.img on a unix socket" serve ext4 pdio /scratch/disk.img
-    step "ext4: nbd-client attaches /dev/nbd0 (netlink, -b advertised minimum)" attach_advertised 1
+    step "ext4: nbd-client attaches /dev/nbd0 (netlink, -b advertised preferred)" attach_advertised 1
     fs_round_trip ext4 ext4
     step "ext4: fstrim after deleting the files punches holes in the image" fs_trim
     step "ext4: unmount, nbd-client -d detaches" fs_umount_detach
     server_end ext4
+}
+
+# The ioctl interface, as older setups and some containers attach: nbd-client
+# stays behind as the process that runs NBD_DO_IT for the device.
+attach_ioctl() {
+    attach "$(cat "$STATE/dioblock")" 1 -nonetlink
+    pid=$(cat /sys/block/nbd0/pid)
+    detail "ioctl mode: the device is served by nbd-client pid $pid ($(cat "/proc/$pid/comm"))"
+    [ "$(cat "/proc/$pid/comm")" = nbd-client ]
+}
+
+scenario_ioctl() {
+    step "ioctl: nbdkit pdio.so serving disk.img on a unix socket" serve ioctl pdio /scratch/disk.img
+    step "ioctl: nbd-client -nonetlink attaches /dev/nbd0 (-b advertised preferred)" attach_ioctl
+    fs_round_trip ioctl ext4
+    step "ioctl: unmount, nbd-client -d detaches" fs_umount_detach
+    server_end ioctl
 }
 
 scenario_xfs() {
@@ -374,7 +397,7 @@ scenario_fio() {
 # logical blocks: the case losetup --direct-io=on silently runs buffered.
 scenario_align4096() {
     step "align4096: nbdkit pdio.so align=4096 serving disk.img" serve align4096 pdio /scratch/disk.img align=4096
-    step "align4096: the advertised minimum block size is 4096" sh -c '[ "$(cat '"$STATE"'/minblock)" = 4096 ]'
+    step "align4096: the advertised preferred block size is 4096" sh -c '[ "$(cat '"$STATE"'/dioblock)" = 4096 ]'
     step "align4096: nbd-client attaches with 512-byte blocks anyway (-b 512 -C 2)" attach 512 2
     fs_round_trip align4096 ext4
     step "align4096: unmount" umount "$MNT"
@@ -404,14 +427,29 @@ sector4k_check() {
     e2fsck -fn /dev/vdb
 }
 
+# pdio(1) takes the kernel's block size from the preferred size the server
+# advertises: on the 4Kn disk that is 4096, never less.
+fe_attach_4kn() {
+    d=$(pdio attach /scratch4k/disk.img)
+    i=${d#/dev/nbd}
+    lbs=$(cat "/sys/block/nbd$i/queue/logical_block_size")
+    pdio list
+    row=$(pdio list | sed -n 2p)
+    set -- $row
+    pdio detach "$d"
+    detail "pdio attach chose $lbs-byte blocks on the 4Kn disk; list: block size $5, DIO-ALIGN $6"
+    [ "$lbs" = 4096 ] && [ "$5" = 4096 ] && [ "$6" = 4096 ]
+}
+
 scenario_sector4k() {
     step "sector4k: 4096-byte-sector virtio disk formatted and mounted" sector4k_setup
     step "sector4k: nbdkit pdio.so (no align=) serving disk.img on the 4Kn disk" serve sector4k pdio /scratch4k/disk.img
-    step "sector4k: the advertised minimum block size is 4096, found by pdio" sh -c '[ "$(cat '"$STATE"'/minblock)" = 4096 ]'
+    step "sector4k: the advertised preferred block size is 4096, found by pdio" sh -c '[ "$(cat '"$STATE"'/dioblock)" = 4096 ]'
     step "sector4k: nbd-client attaches with 512-byte blocks (-b 512 -C 2)" attach 512 2
     fio_round_trip sector4k io_uring
     step "sector4k: nbd-client -d detaches" detach
     server_end sector4k
+    step "sector4k: pdio attach gives the kernel 4096-byte blocks, pdio list shows DIO-ALIGN 4096" fe_attach_4kn
     step "sector4k: the 4Kn scratch filesystem unmounts and e2fsck -fn is clean" sector4k_check
 }
 
@@ -476,7 +514,7 @@ fe_attach() {
     lbs=$(cat "/sys/block/nbd$i/queue/logical_block_size")
     queues=$(ls "/sys/block/nbd$i/mq" | wc -l)
     pid=$(fe_pid)
-    detail "$(fe_dev), $((size / 1048576)) MiB, logical block $lbs, $queues connection(s), server pid $pid"
+    detail "$(fe_dev), $((size / 1048576)) MiB, pdio attach chose logical block $lbs, $queues connection(s), server pid $pid"
     case $(fe_dev) in /dev/nbd[0-9]*) ;; *) return 1 ;; esac
     [ "$size" = "$FE_SIZE" ]
     [ "$lbs" = 512 ]

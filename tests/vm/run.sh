@@ -12,9 +12,9 @@
 # Usage: tests/vm/run.sh [options]
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
-#   --scenario LIST     comma-separated subset of: ext4,xfs,fio,align4096,
-#                       sector4k,reference,frontend (default: all, in that
-#                       order)
+#   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
+#                       align4096,sector4k,reference,frontend (default: all,
+#                       in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -35,7 +35,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,xfs,fio,align4096,sector4k,reference,frontend"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend"
 plugin=${PDIO_PLUGIN:-}
 pdio=""
 timeout=${PDIO_VM_TIMEOUT:-1200}
