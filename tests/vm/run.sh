@@ -68,7 +68,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|xfs|fio|align4096|sector4k|reference|frontend) ;;
+    ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
 done
