@@ -139,6 +139,7 @@ struct server_opts {
   bool readonly;
   const char *pidfile;          /* a daemon writing this pid file, or NULL:
                                    in the foreground, dying with pdio */
+  const char *align, *backend;  /* plugin parameters, or NULL */
 };
 struct server_info {
   uint64_t size;
@@ -150,6 +151,7 @@ struct server_info {
 struct server_cmd {
   const char *argv[24];
   char file_arg[PATH_MAX + 8];
+  char align_arg[32], backend_arg[32];
 };
 extern void server_argv (const struct server_opts *o, struct server_cmd *c);
 /* Connects with libnbd (to the unix socket, or to localhost:port if socket
@@ -163,6 +165,20 @@ extern void server_stop (pid_t pid);
 extern bool image_lock_free (const char *image, unsigned ms);
 /* Bytes of the image in the page cache (mincore), or -1. */
 extern int64_t image_cached_bytes (const char *image);
+
+/* --- serve_native.c: pdio's own NBD server (src/server/) ------------------------- */
+struct native_serve {
+  const char *image;            /* realpath */
+  const char *socket;           /* unix socket, or NULL with port */
+  const char *port;
+  bool readonly;
+  uint32_t align;               /* 0: as found */
+  int backend;                  /* enum pdio_backend */
+  unsigned threads;             /* 0: one per CPU */
+  const char *pidfile;          /* daemon mode (pdio attach), or NULL */
+};
+/* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
+extern int serve_native (const struct native_serve *o);
 
 /* --- the commands -------------------------------------------------------------------- */
 extern int cmd_attach (int argc, char **argv);

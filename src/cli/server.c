@@ -63,6 +63,14 @@ server_argv (const struct server_opts *o, struct server_cmd *c)
    */
   if (o->readonly)
     argv[i++] = "readonly=true";
+  if (o->align) {
+    snprintf (c->align_arg, sizeof c->align_arg, "align=%s", o->align);
+    argv[i++] = c->align_arg;
+  }
+  if (o->backend) {
+    snprintf (c->backend_arg, sizeof c->backend_arg, "backend=%s", o->backend);
+    argv[i++] = c->backend_arg;
+  }
   argv[i] = NULL;
 }
 
