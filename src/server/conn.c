@@ -606,10 +606,6 @@ start_request (struct conn *c)
   void *buf = NULL;
   struct req *q;
 
-  if (v.hang_up) {
-    conn_abort (c, "WRITE too long to skip");
-    return;
-  }
   if (r->type == NBD_CMD_DISC && v.error == 0) {
     c->rx = RX_STOPPED;
     c->draining = true;

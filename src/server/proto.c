@@ -69,16 +69,14 @@ nbd_check_request (const struct nbd_request *r, const struct nbd_session *s)
   struct nbd_verdict v = { 0 };
   bool readonly = s->eflags & NBD_FLAG_READ_ONLY;
 
-  if (r->type == NBD_CMD_WRITE) {
-    /* The payload follows whatever the verdict; a length beyond what
-     * could ever be valid is not read, the stream is given up.
-     */
-    if (r->count > NBD_DISCARD_MAX) {
-      v.hang_up = true;
-      return v;
-    }
+  /* A WRITE's payload follows whatever the verdict. */
+  if (r->type == NBD_CMD_WRITE)
     v.discard = r->count;
-  }
+  /* DISC has no reply to carry an error: whatever its flags, it ends
+   * the session.
+   */
+  if (r->type == NBD_CMD_DISC)
+    return v;
 
   switch (r->type) {
   case NBD_CMD_READ: case NBD_CMD_WRITE: case NBD_CMD_FLUSH:

@@ -197,17 +197,16 @@ extern bool nbd_parse_request (const uint8_t buf[NBD_REQUEST_LEN],
 /* The verdict on a parsed request. */
 struct nbd_verdict {
   uint32_t error;               /* 0: serve it; else the NBD error to reply */
-  bool hang_up;                 /* the stream cannot go on: disconnect */
-  uint32_t discard;             /* payload bytes to read and drop (a refused
-                                   WRITE still sends its data) */
+  uint32_t discard;             /* payload bytes to read and drop: a refused
+                                   WRITE still sends its data, of any length
+                                   (it is read into scratch memory, never
+                                   allocated), and the stream stays in step */
 };
 /* Applies the spec's rules: known command, flags documented for it and
  * negotiated, lengths within the maximum, range within the export (EINVAL,
  * or ENOSPC for writes and zeroes), EPERM for writes on a read-only export,
- * BLOCK_STATUS only after base:allocation was selected.  A WRITE larger
- * than NBD_DISCARD_MAX is a hang-up: its payload is not worth reading.
+ * BLOCK_STATUS only after base:allocation was selected.
  */
-#define NBD_DISCARD_MAX (2u * NBD_MAX_PAYLOAD)
 extern struct nbd_verdict nbd_check_request (const struct nbd_request *r,
                                              const struct nbd_session *s);
 

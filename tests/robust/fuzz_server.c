@@ -23,9 +23,10 @@
  *     base:allocation only with structured replies;
  *   - a request the validator accepts is in range, has a length within
  *     the advertised maximum for READ/WRITE, carries only flags its
- *     command documents, and is a command pdio serves; one it refuses
- *     gets an error the spec allows; a hang-up is only a WRITE too long
- *     to skip; the bytes to skip never exceed NBD_DISCARD_MAX;
+ *     command documents (DISC ends the session whatever its flags), and
+ *     is a command pdio serves; one it refuses
+ *     gets an error the spec allows, and only a refused WRITE has
+ *     payload bytes to skip (exactly its length);
  *   - reply builders write exactly their stated lengths (ASan), and a
  *     block status reply never describes more than the request.
  */
@@ -80,11 +81,6 @@ static void
 check_verdict (const struct nbd_request *r, const struct nbd_session *s,
                const struct nbd_verdict *v)
 {
-  CHECK (v->discard <= NBD_DISCARD_MAX);
-  if (v->hang_up) {
-    CHECK (r->type == NBD_CMD_WRITE && r->count > NBD_DISCARD_MAX);
-    return;
-  }
   if (v->error) {
     CHECK (is_spec_error (v->error));
     CHECK (v->discard == (r->type == NBD_CMD_WRITE ? r->count : 0));
@@ -107,7 +103,7 @@ check_verdict (const struct nbd_request *r, const struct nbd_session *s,
     CHECK (r->offset == 0 && r->count == 0);
     break;
   case NBD_CMD_DISC:
-    break;
+    return;                     /* ends the session whatever its flags */
   default:
     CHECK (!"an unknown command was accepted");
   }
@@ -184,7 +180,7 @@ transmission (const struct nbd_session *s, const uint8_t *p, size_t len)
     len -= NBD_REQUEST_LEN;
     v = nbd_check_request (&r, s);
     check_verdict (&r, s, &v);
-    if (v.hang_up || r.type == NBD_CMD_DISC)
+    if (r.type == NBD_CMD_DISC && !v.error)
       return;
     build_reply (&r, &v, s, p, len);
     payload = v.error ? v.discard : (r.type == NBD_CMD_WRITE ? r.count : 0);
