@@ -176,6 +176,7 @@ struct native_serve {
   int backend;                  /* enum pdio_backend */
   unsigned threads;             /* 0: one per CPU */
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
+  bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
 };
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);

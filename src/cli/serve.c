@@ -30,6 +30,7 @@ struct serve_opts {
   const char *align, *backend;  /* as given, NULL: the default */
   unsigned long threads;        /* native server: 0 = one per CPU */
   const char *pidfile;          /* native server: daemon mode (attach) */
+  bool exit_with_parent;        /* native server: for the tests */
 };
 
 static void
@@ -68,6 +69,7 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "threads", required_argument, NULL, 'T' },
     { "nbdkit", no_argument, NULL, 'N' },
     { "pidfile", required_argument, NULL, 'F' },  /* for attach */
+    { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -110,6 +112,7 @@ parse (int argc, char **argv, struct serve_opts *o)
       break;
     case 'N': o->nbdkit = true; break;
     case 'F': o->pidfile = optarg; break;
+    case 'E': o->exit_with_parent = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -231,6 +234,7 @@ cmd_serve (int argc, char **argv)
                    : strcmp (o.backend, "psync") == 0 ? PDIO_BACKEND_PSYNC
                    : PDIO_BACKEND_URING,
         .threads = o.threads, .pidfile = o.pidfile,
+        .exit_with_parent = o.exit_with_parent,
       });
   if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "

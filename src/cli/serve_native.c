@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,6 +178,9 @@ serve_native (const struct native_serve *o)
   sigaddset (&sigs, SIGHUP);
   sigprocmask (SIG_BLOCK, &sigs, NULL);
   signal (SIGPIPE, SIG_IGN);
+  /* Like nbdkit --exit-with-parent: the SIGTERM is an orderly stop. */
+  if (o->exit_with_parent)
+    prctl (PR_SET_PDEATHSIG, SIGTERM);
 
   if (pdio_open (&cfg, &img) < 0)
     return EXIT_FAILED;         /* the engine said why */

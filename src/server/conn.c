@@ -85,7 +85,7 @@ struct conn {
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
-  struct req *rx_req;           /* RX_PAYLOAD */
+  struct req *rx_req;           /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
 
@@ -249,6 +249,15 @@ maybe_free (struct conn *c)
     free (q);
   }
   unlink_stalled (c);
+  if (w->ctx->log.debug) {
+    /* As the plugin does at each close: the tests read these. */
+    struct pdio_stats st;
+    char buf[512];
+
+    pdio_get_stats (w->ctx->img, &st);
+    pdio_format_stats (&st, buf, sizeof buf);
+    worker_log (w, LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
+  }
   close (c->fd);
   if (c->prev)
     c->prev->next = c->next;
@@ -652,11 +661,16 @@ start_request (struct conn *c)
                 "(%u bytes at %" PRIu64 ", flags 0x%x): error %u", c->fd,
                 r->type, r->count, r->offset, r->flags, v.error);
     if (v.discard) {
+      /* Answered once its payload is all in: clients (libnbd) take a
+       * reply to a request they are still sending as a broken server.
+       */
       c->rx = RX_DISCARD;
+      c->rx_req = q;
       c->discard_left = v.discard;
       c->rx_progress = c->w->now;
     }
-    reply (c, q);
+    else
+      reply (c, q);
   }
   else if (r->type == NBD_CMD_WRITE) {
     c->rx_req = q;
@@ -730,8 +744,11 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     break;
   case RX_DISCARD:
     c->discard_left -= res;
-    if (c->discard_left == 0)
+    if (c->discard_left == 0) {
       c->rx = RX_HEADER;
+      reply (c, c->rx_req);
+      c->rx_req = NULL;
+    }
     break;
   case RX_STALLED:
   case RX_STOPPED:
