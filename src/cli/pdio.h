@@ -126,7 +126,9 @@ extern pid_t run_child (char *const argv[]);
 extern bool pid_alive (pid_t pid);
 /* Waits up to ms for pid (not our child) to be gone. */
 extern bool wait_gone (pid_t pid, unsigned ms);
-/* The process's comm is "nbdkit": the pid in a record was not reused. */
+/* The process's comm is "nbdkit" or "pdio" (pdio's own server): the pid
+ * in a record was not reused.
+ */
 extern bool pid_is_nbdkit (pid_t pid);
 
 /* --- server.c: nbdkit with pdio.so ----------------------------------------------- */
@@ -140,6 +142,8 @@ struct server_opts {
   const char *pidfile;          /* a daemon writing this pid file, or NULL:
                                    in the foreground, dying with pdio */
   const char *align, *backend;  /* plugin parameters, or NULL */
+  bool native;                  /* pdio's own server: pdio serve */
+  const char *pdio;             /* native: this pdio's path */
 };
 struct server_info {
   uint64_t size;
