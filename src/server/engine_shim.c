@@ -4,7 +4,8 @@
  * pdio_submit (the thread blocks on the file I/O, which the real engine
  * will not do) and their callbacks are deferred to the next
  * pdio_thread_poll, as the contract requires.  The pool is one mmap'd
- * region handed out in 4 KiB pages, first fit.
+ * region handed out in 4 KiB pages, lowest first fit (so the pages in use
+ * stay few and resident memory flat).
  */
 #include <config.h>
 
@@ -25,7 +26,7 @@ struct pdio_thread {
   uint8_t *pool;
   size_t pages;
   uint8_t *used;                /* one byte per page */
-  size_t hint;
+  size_t lowest_free;           /* no free page below this one */
   struct pdio_req *done_head, *done_tail;
 };
 
@@ -155,17 +156,14 @@ pdio_buf_get (struct pdio_thread *t, size_t len)
 
   if (need == 0)
     need = 1;
-  for (size_t k = 0; k < t->pages; k++) {
-    size_t i = (t->hint + k) % t->pages;
-
-    if (i == 0)
-      run = 0;                  /* runs do not wrap around the end */
+  for (size_t i = t->lowest_free; i < t->pages; i++) {
     run = t->used[i] ? 0 : run + 1;
     if (run == need) {
       size_t first = i + 1 - need;
 
       memset (t->used + first, 1, need);
-      t->hint = i + 1;
+      if (first == t->lowest_free)
+        t->lowest_free = i + 1;
       return t->pool + first * PAGE;
     }
   }
@@ -181,6 +179,8 @@ pdio_buf_put (struct pdio_thread *t, void *buf, size_t len)
   if (need == 0)
     need = 1;
   memset (t->used + first, 0, need);
+  if (first < t->lowest_free)
+    t->lowest_free = first;
 }
 
 void
