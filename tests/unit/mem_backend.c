@@ -34,6 +34,8 @@ transfer (struct mem_disk *d, const struct sysop *s)
   }
   if (d->eagain_every && d->transfers % d->eagain_every == 0)
     return -EAGAIN;
+  if (d->eio_every && d->transfers % d->eio_every == 0)
+    return -EIO;
   for (i = 0; i < s->iovcnt; i++)
     want += s->iov[i].iov_len;
   /* Short by whole blocks, as the kernel's direct I/O would be, or (every
