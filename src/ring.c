@@ -255,7 +255,10 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
   /* Never sleep when the engine's own work did something (it may have
    * finished the request the caller waits for) or has more to do.
    */
-  if (run_deferred (t) || t->work || atomic_load (&t->remote_pending))
+  bool engine_busy = run_deferred (t) || t->work ||
+    atomic_load (&t->remote_pending);
+
+  if (engine_busy)
     wait_nr = 0;
 
   if (!t->have_ring) {
@@ -274,11 +277,18 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
     return 0;
   }
 
-  if (wait_nr)
-    r = io_uring_submit_and_wait_timeout (&t->ring, &(struct io_uring_cqe *){ NULL },
-                                          wait_nr,
+  if (wait_nr) {
+    struct io_uring_cqe *cqe;
+
+    r = io_uring_submit_and_wait_timeout (&t->ring, &cqe, wait_nr,
                                           (struct __kernel_timespec *) timeout,
                                           NULL);
+  }
+  else if (engine_busy && io_uring_sq_ready (&t->ring) == 0)
+    /* Only our own work ran (psync: the whole request): no system call;
+     * CQEs already posted are reaped below, the rest by the next poll.
+     */
+    r = 0;
   else
     r = io_uring_submit_and_get_events (&t->ring);
   if (r < 0 && r != -ETIME && r != -EINTR && r != -EAGAIN && r != -EBUSY)
