@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
+#include <liburing.h>
 
 #include "engine.h"
-#include "engine_shim.h"        /* TEMPORARY: until engine-async lands */
 #include "proto.h"
 #include "server.h"
 

@@ -181,6 +181,12 @@ worker_main (void *arg_)
   int err;
 
   err = pdio_thread_new (w->ctx->img, &cfg, &w->t);
+  /* The sockets need the ring: without io_uring there is no server. */
+  if (err == 0 && pdio_thread_ring (w->t) == NULL) {
+    worker_log (w, LOG_ERROR, "io_uring is not available: pdio's own server "
+                "needs it (pdio serve --nbdkit does not)");
+    err = -ENOSYS;
+  }
   if (err == 0 && !arm_event (w))
     err = -EIO;
   w->now = monotonic_seconds ();
