@@ -20,7 +20,8 @@
  * that, once the server has wound the connections down (its thread count
  * is back to the idle count, within 5 s), it samples /proc/PID: open fds,
  * io_uring fds among them, threads and VmRSS; it prints one line per
- * sample, and at the end "flat: ..." or "GROWTH: ..." comparing the last
+ * sample (threads not counting io_uring's kernel workers, iou-*), and at
+ * the end "flat: ..." or "GROWTH: ..." comparing the last
  * sample with the one after warm-up (tolerance: fds, io_uring fds and
  * threads exactly equal, RSS within 4 MiB).
  *
@@ -96,6 +97,40 @@ status_field (int pid, const char *key)
   return v;
 }
 
+/* io_uring's kernel workers (iou-wrk-*, iou-sqp-*) show up as threads of
+ * the process that owns the ring; the kernel starts them for operations
+ * that must block and reaps them when idle.  They are not the server's
+ * threads, so they are not counted.
+ */
+static long
+io_wq_threads (int pid)
+{
+  char path[PATH_MAX], comm[64];
+  struct dirent *e;
+  long n = 0;
+  DIR *d;
+
+  snprintf (path, sizeof path, "/proc/%d/task", pid);
+  d = opendir (path);
+  if (!d)
+    return 0;
+  while ((e = readdir (d))) {
+    FILE *fp;
+
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf (path, sizeof path, "/proc/%d/task/%s/comm", pid, e->d_name);
+    fp = fopen (path, "re");
+    if (fp == NULL)
+      continue;
+    if (fgets (comm, sizeof comm, fp) && strncmp (comm, "iou-", 4) == 0)
+      n++;
+    fclose (fp);
+  }
+  closedir (d);
+  return n;
+}
+
 static bool
 take_sample (int pid, struct sample *s)
 {
@@ -122,7 +157,7 @@ take_sample (int pid, struct sample *s)
     }
   }
   closedir (d);
-  s->threads = status_field (pid, "Threads");
+  s->threads = status_field (pid, "Threads") - io_wq_threads (pid);
   s->rss_kib = status_field (pid, "VmRSS");
   return s->threads > 0;
 }
