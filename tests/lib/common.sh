@@ -89,7 +89,8 @@ set -eu
 PLUGIN=${PDIO_TEST_PLUGIN:-${PDIO_PLUGIN:?run from make check, or export PDIO_PLUGIN}}
 FRONTEND=${PDIO_TEST_FRONTEND:-nbdkit}
 case $FRONTEND in nbdkit|native) ;; *) echo "PDIO_TEST_FRONTEND=$FRONTEND: nbdkit or native" >&2; exit 99 ;; esac
-PDIO=${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio
+# PDIO_TEST_PDIO: another build of pdio(1) (server/asan.sh's ASan build).
+PDIO=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio}
 tools=$TESTS_BUILDDIR/integration
 # One debug line per request would bury the stats lines: keep the rest.
 nbdkit_flags="-f -v -D nbdkit.backend.datapath=0"
