@@ -89,6 +89,13 @@ nbd_check_request (const struct nbd_request *r, const struct nbd_session *s)
   default:
     v.error = NBD_EINVAL;       /* unknown command */
   }
+  /* A change to a read-only export is EPERM whatever else is wrong with
+   * it (as nbdkit answers: its flags are not even looked at).
+   */
+  if (v.error == 0 && readonly &&
+      (r->type == NBD_CMD_WRITE || r->type == NBD_CMD_TRIM ||
+       r->type == NBD_CMD_WRITE_ZEROES))
+    v.error = NBD_EPERM;
   if (v.error == 0 && (r->flags & ~allowed_flags (r->type, s)))
     v.error = NBD_EINVAL;
   if (v.error)
@@ -113,9 +120,7 @@ nbd_check_request (const struct nbd_request *r, const struct nbd_session *s)
       v.error = NBD_EINVAL;
     break;
   case NBD_CMD_WRITE:
-    if (readonly)
-      v.error = NBD_EPERM;
-    else if (r->count == 0 || r->count > s->block_max)
+    if (r->count == 0 || r->count > s->block_max)
       v.error = NBD_EINVAL;
     else if (!in_range (r, s->size))
       v.error = NBD_ENOSPC;
@@ -123,17 +128,13 @@ nbd_check_request (const struct nbd_request *r, const struct nbd_session *s)
       v.discard = 0;            /* the payload is the request's data */
     break;
   case NBD_CMD_WRITE_ZEROES:
-    if (readonly)
-      v.error = NBD_EPERM;
-    else if (r->count == 0)
+    if (r->count == 0)
       v.error = NBD_EINVAL;
     else if (!in_range (r, s->size))
       v.error = NBD_ENOSPC;
     break;
   case NBD_CMD_TRIM:
-    if (readonly)
-      v.error = NBD_EPERM;
-    else if (r->count == 0 || !in_range (r, s->size))
+    if (r->count == 0 || !in_range (r, s->size))
       v.error = NBD_EINVAL;
     break;
   case NBD_CMD_BLOCK_STATUS:
