@@ -33,7 +33,8 @@
 static void
 log_error (const char *fmt, va_list args)
 {
-  fprintf (stderr, CMD ": ");
+  /* ": error: " as nbdkit prints it: the tests and users grep for it. */
+  fprintf (stderr, CMD ": error: ");
   vfprintf (stderr, fmt, args);
   fprintf (stderr, "\n");
 }

@@ -525,10 +525,17 @@ on_engine_done (struct pdio_req *er, int err)
 
   c->engine_inflight--;
   q->error = nbd_error_of_errno (err);
+  /* Named as the plugin names them, so both front ends log alike.  A
+   * fast zero that would be slow is an answer, not a failure.
+   */
   if (err)
     worker_log (c->w, err == -ENOTSUP ? LOG_DEBUG : LOG_ERROR,
-                "command %u: %u bytes at %" PRIu64 ": %s", r->type, r->count,
-                r->offset, strerror (-err));
+                "%s: %" PRIu32 " bytes at %" PRIu64 ": %s",
+                r->type == NBD_CMD_READ ? "pread" :
+                r->type == NBD_CMD_WRITE ? "pwrite" :
+                r->type == NBD_CMD_WRITE_ZEROES ? "zero" :
+                r->type == NBD_CMD_TRIM ? "trim" : "flush",
+                r->count, r->offset, strerror (-err));
   /* A write's data is on disk (or failed): its memory can go now. */
   if (r->type == NBD_CMD_WRITE)
     release_buf (q);
