@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,46 @@ static bool readonly;
 static enum pdio_backend backend = PDIO_BACKEND_DEFAULT;
 static uint32_t align;
 static struct pdio_image *image;
+
+/* Each nbdkit worker thread's engine context, made on its first request
+ * (always after nbdkit forks) and freed when the thread exits.  nbdkit
+ * calls back synchronously, so the plugin uses the start-and-wait API and
+ * needs only the bounce region of the pool.
+ */
+static pthread_key_t thread_key;
+static bool thread_key_made;
+
+static void
+free_thread (void *t)
+{
+  pdio_thread_free (t);
+}
+
+/* This worker's context; NULL with errno set on failure. */
+static struct pdio_thread *
+this_thread (void)
+{
+  const struct pdio_thread_config cfg = {
+    .pool_bytes = PDIO_POOL_BOUNCE_ONLY,
+    .ring_entries = 8,
+  };
+  struct pdio_thread *t = pthread_getspecific (thread_key);
+  int r;
+
+  if (t)
+    return t;
+  r = pdio_thread_new (image, &cfg, &t);
+  if (r < 0) {
+    errno = -r;
+    return NULL;
+  }
+  if (pthread_setspecific (thread_key, t) != 0) {
+    pdio_thread_free (t);
+    errno = ENOMEM;
+    return NULL;
+  }
+  return t;
+}
 
 /* -D pdio.canary=1 (testing): fill bounce pages with a canary whenever they
  * are free, so any leak of stale bounce memory to a client shows.
@@ -61,6 +102,8 @@ pdio_unload (void)
     nbdkit_debug ("stats: %s", buf);
     pdio_close (image);
   }
+  if (thread_key_made)
+    pthread_key_delete (thread_key);
   free (filename);
 }
 
@@ -144,6 +187,11 @@ pdio_get_ready (void)
     .log = plugin_log,
   };
 
+  if (pthread_key_create (&thread_key, free_thread) != 0) {
+    nbdkit_error ("pthread_key_create: out of resources");
+    return -1;
+  }
+  thread_key_made = true;
   return pdio_open (&cfg, &image) == 0 ? 0 : -1;
 }
 
@@ -244,12 +292,20 @@ pdio_can_cache (void *handle)
   return NBDKIT_CACHE_NONE;
 }
 
+/* Every request callback starts here: this worker's engine context. */
+#define THREAD_OR_FAIL(t, op, count, offset)                            \
+  struct pdio_thread *t = this_thread ();                               \
+  if (t == NULL)                                                        \
+    return fail (-errno, op, count, offset)
+
 static int
 pdio_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
             uint32_t flags)
 {
-  int r = pdio_read (handle, buf, count, offset);
+  THREAD_OR_FAIL (t, "pread", count, offset);
+  int r = pdio_read (t, buf, count, offset);
 
+  (void) handle;
   (void) flags;
   return r < 0 ? fail (r, "pread", count, offset) : 0;
 }
@@ -258,42 +314,50 @@ static int
 pdio_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
              uint32_t flags)
 {
-  int r = pdio_write (handle, buf, count, offset,
+  THREAD_OR_FAIL (t, "pwrite", count, offset);
+  int r = pdio_write (t, buf, count, offset,
                       (flags & NBDKIT_FLAG_FUA) ? PDIO_FUA : 0);
 
+  (void) handle;
   return r < 0 ? fail (r, "pwrite", count, offset) : 0;
 }
 
 static int
 pdio_zero_cb (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
+  THREAD_OR_FAIL (t, "zero", count, offset);
   unsigned f = 0;
   int r;
 
+  (void) handle;
   if (flags & NBDKIT_FLAG_FUA)
     f |= PDIO_FUA;
   if (flags & NBDKIT_FLAG_MAY_TRIM)
     f |= PDIO_MAY_TRIM;
   if (flags & NBDKIT_FLAG_FAST_ZERO)
     f |= PDIO_FAST_ZERO;
-  r = pdio_zero (handle, count, offset, f);
+  r = pdio_zero (t, count, offset, f);
   return r < 0 ? fail (r, "zero", count, offset) : 0;
 }
 
 static int
 pdio_trim_cb (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
-  int r = pdio_trim (handle, count, offset,
+  THREAD_OR_FAIL (t, "trim", count, offset);
+  int r = pdio_trim (t, count, offset,
                      (flags & NBDKIT_FLAG_FUA) ? PDIO_FUA : 0);
 
+  (void) handle;
   return r < 0 ? fail (r, "trim", count, offset) : 0;
 }
 
 static int
 pdio_flush_cb (void *handle, uint32_t flags)
 {
-  int r = pdio_flush (handle);
+  THREAD_OR_FAIL (t, "flush", 0, 0);
+  int r = pdio_flush (t);
 
+  (void) handle;
   (void) flags;
   return r < 0 ? fail (r, "flush", 0, 0) : 0;
 }

@@ -1,6 +1,8 @@
 /* dio_args: memory -> page vector -> iovec. */
 #include <config.h>
 
+#include <stdbool.h>
+
 #include "dio_args.h"
 
 void
@@ -13,10 +15,44 @@ dio_args_map (struct dio_args *d, void **pages, void *mem, size_t len,
   for (i = 0; i < n; i++)
     pages[i] = (void *) (first + (uintptr_t) i * DIO_PAGE_SIZE);
   d->pages = pages;
+  d->base = NULL;
   d->first_page_off = (uintptr_t) mem - first;
   d->nr_pages = n;
   d->length = len;
   d->offset = offset;
+}
+
+void
+dio_args_map_contig (struct dio_args *d, void *mem, size_t len,
+                     uint64_t offset)
+{
+  uintptr_t first = (uintptr_t) mem & ~(uintptr_t) (DIO_PAGE_SIZE - 1);
+
+  d->pages = NULL;
+  d->base = (char *) first;
+  d->first_page_off = (uintptr_t) mem - first;
+  d->nr_pages = dio_pages_needed (mem, len);
+  d->length = len;
+  d->offset = offset;
+}
+
+/* Appends [base, base+bytes) to iov, merging with the last iovec when the
+ * memory follows on.  false if it needs more than max_iov.
+ */
+static bool
+add_run (struct iovec *iov, unsigned *n, unsigned max_iov, char *base,
+         size_t bytes)
+{
+  if (*n > 0 && (char *) iov[*n-1].iov_base + iov[*n-1].iov_len == base) {
+    iov[*n-1].iov_len += bytes;
+    return true;
+  }
+  if (*n == max_iov)
+    return false;
+  iov[*n].iov_base = base;
+  iov[*n].iov_len = bytes;
+  (*n)++;
+  return true;
 }
 
 size_t
@@ -40,10 +76,21 @@ dio_args_to_iovec (const struct dio_args *segs, unsigned nsegs, size_t skip,
     const struct dio_args *d = &segs[s];
     size_t left = d->length;
 
+    if (d->pages == NULL) {
+      /* One run: no page walk at all. */
+      if (skip >= left) {
+        skip -= left;
+        continue;
+      }
+      if (!add_run (iov, &n, max_iov,
+                    d->base + d->first_page_off + skip, left - skip))
+        return -1;
+      skip = 0;
+      continue;
+    }
     for (i = 0; i < d->nr_pages && left > 0; i++) {
       size_t start = i == 0 ? d->first_page_off : 0;
       size_t bytes = DIO_PAGE_SIZE - start;
-      char *base;
 
       if (bytes > left)
         bytes = left;
@@ -52,19 +99,10 @@ dio_args_to_iovec (const struct dio_args *segs, unsigned nsegs, size_t skip,
         skip -= bytes;
         continue;
       }
-      base = (char *) d->pages[i] + start + skip;
-      bytes -= skip;
+      if (!add_run (iov, &n, max_iov, (char *) d->pages[i] + start + skip,
+                    bytes - skip))
+        return -1;
       skip = 0;
-
-      if (n > 0 && (char *) iov[n-1].iov_base + iov[n-1].iov_len == base)
-        iov[n-1].iov_len += bytes;
-      else {
-        if (n == max_iov)
-          return -1;
-        iov[n].iov_base = base;
-        iov[n].iov_len = bytes;
-        n++;
-      }
     }
   }
   return n;

@@ -8,6 +8,12 @@
  * The page array is walked with an explicit index wherever it is walked; a
  * dio_args is never advanced in place, so a failed or short transfer leaves
  * it exactly as it was and the remainder is rebuilt from a byte count.
+ *
+ * Memory that is one contiguous run (all the engine ever maps: the
+ * caller's buffer, a bounce slice, the zero pages) is described without a
+ * page array: pages == NULL and page i is base + i * DIO_PAGE_SIZE.  Then
+ * nothing is split into page slots only to be merged back into one iovec;
+ * the page-array form stays for memory that really is scattered.
  */
 #ifndef PDIO_DIO_ARGS_H
 #define PDIO_DIO_ARGS_H
@@ -19,7 +25,9 @@
 #define DIO_PAGE_SIZE 4096u
 
 struct dio_args {
-  void **pages;                 /* nr_pages page-aligned addresses */
+  void **pages;                 /* nr_pages page-aligned addresses, or NULL:
+                                   contiguous pages from base */
+  char *base;                   /* page-aligned; only when pages == NULL */
   unsigned first_page_off;      /* where the data starts in pages[0] */
   unsigned nr_pages;
   size_t length;                /* bytes, starting first_page_off into pages[0] */
@@ -41,6 +49,10 @@ dio_pages_needed (const void *mem, size_t len)
  */
 extern void dio_args_map (struct dio_args *d, void **pages, void *mem,
                           size_t len, uint64_t offset);
+
+/* The same for contiguous memory, with no page slots. */
+extern void dio_args_map_contig (struct dio_args *d, void *mem, size_t len,
+                                 uint64_t offset);
 
 /* Fills iov[] with the bytes of segs[0..nsegs) from byte `skip` on, merging
  * pages that are adjacent in memory.  Returns the number of iovecs, or -1

@@ -4,8 +4,14 @@
  * what the caller should report to its client.
  *
  * Thread safety: one pdio_image is shared by any number of threads and
- * connections.  Each thread gets its own io_uring and bounce pages the
- * first time it does I/O (so rings are always created after a fork).
+ * connections.  Each thread that does I/O creates its own pdio_thread (one
+ * io_uring, a bounded registered buffer pool) and passes it explicitly;
+ * a pdio_thread is only ever touched by the thread that created it, so
+ * create them after any fork.
+ *
+ * Requests are asynchronous (pdio_submit: starts, returns at once, calls
+ * req->done from pdio_thread_poll); pdio_read/pdio_write/... are
+ * start-and-wait wrappers over them.
  */
 #ifndef PDIO_ENGINE_H
 #define PDIO_ENGINE_H
@@ -14,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <linux/time_types.h>           /* struct __kernel_timespec */
 
 enum pdio_backend {
   PDIO_BACKEND_DEFAULT = 0,     /* io_uring, or psync if io_uring is refused */
@@ -74,17 +82,162 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 #define PDIO_MAY_TRIM  2u       /* zero: may deallocate */
 #define PDIO_FAST_ZERO 4u       /* zero: fail with ENOTSUP rather than write */
 
-extern int pdio_read (struct pdio_image *img, void *buf, size_t count,
-                      uint64_t offset);
-extern int pdio_write (struct pdio_image *img, const void *buf, size_t count,
-                       uint64_t offset, unsigned flags);
-extern int pdio_zero (struct pdio_image *img, size_t count, uint64_t offset,
-                      unsigned flags);
-extern int pdio_trim (struct pdio_image *img, size_t count, uint64_t offset,
-                      unsigned flags);
-extern int pdio_flush (struct pdio_image *img);
+/* ---- per-thread context ------------------------------------------------ */
 
-/* Reports [offset, offset+count) as a run of data and hole extents, in
+/* One worker thread's engine state: ONE io_uring (IORING_SETUP_SINGLE_ISSUER
+ * | DEFER_TASKRUN when available; only the creating thread may touch it)
+ * with the image registered as fixed file 0 and the pool as fixed buffer
+ * 0, a bounded buffer pool, and the engine's queues of deferred work.
+ * A front end may put its own (socket) SQEs on the same ring.
+ */
+struct pdio_thread;
+
+struct pdio_thread_config {
+  /* Bytes of the registered pool: the engine's bounce region (always
+   * pdio_thread_bounce_bytes(), for unaligned requests) plus what is left
+   * for pdio_buf_get.  0 = PDIO_POOL_DEFAULT; anything below the bounce
+   * region (e.g. PDIO_POOL_BOUNCE_ONLY) means the bounce region alone,
+   * which is all a front end that never calls pdio_buf_get needs.
+   */
+  size_t pool_bytes;
+  unsigned ring_entries;        /* 0 = PDIO_RING_DEFAULT */
+};
+#define PDIO_POOL_DEFAULT ((size_t) 64 << 20)
+#define PDIO_POOL_BOUNCE_ONLY ((size_t) 1)
+#define PDIO_RING_DEFAULT 256u
+
+/* 0 or -errno.  Call it from the thread that will use it. */
+extern int pdio_thread_new (struct pdio_image *img,
+                            const struct pdio_thread_config *cfg,
+                            struct pdio_thread **tp);
+/* Nothing may be in flight (every done() has run, every SQE the front end
+ * queued has completed).
+ */
+extern void pdio_thread_free (struct pdio_thread *t);
+extern struct pdio_image *pdio_thread_image (const struct pdio_thread *t);
+/* The bounce region every pool has (bytes). */
+extern size_t pdio_thread_bounce_bytes (const struct pdio_image *img);
+
+/* Every SQE on the ring, the engine's or the front end's, carries a
+ * pointer to one of these as user_data (io_uring_sqe_set_data).  Whoever
+ * queued the SQE owns the struct (usually embedded in a bigger one, found
+ * back with container_of).
+ */
+struct pdio_completion {
+  void (*fn) (struct pdio_completion *c, int res, uint32_t cqe_flags);
+};
+
+/* liburing's types; this header does not need <liburing.h> itself. */
+struct io_uring;
+struct io_uring_sqe;
+
+/* The thread's ring, or NULL if this process cannot use io_uring at all
+ * (the engine then runs on psync and poll waits on an eventfd).
+ */
+extern struct io_uring *pdio_thread_ring (struct pdio_thread *t);
+/* An SQE to fill; submits what is queued when the SQ is full.  NULL only
+ * if there is no ring or submission itself fails.
+ */
+extern struct io_uring_sqe *pdio_thread_sqe (struct pdio_thread *t);
+
+/* Submits what is queued; waits until at least wait_nr CQEs arrived
+ * (0: do not wait; timeout NULL: no limit) -- but never waits while the
+ * engine has deferred work of its own; then dispatches every available CQE
+ * to its pdio_completion and runs the engine's deferred work (requests
+ * resumed by a range unlock or a freed pool buffer, synchronous-backend
+ * I/O, done() callbacks).  Returns the CQEs dispatched, or -errno (a
+ * timeout is not an error).
+ */
+extern int pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
+                             const struct __kernel_timespec *timeout);
+
+/* ---- buffers -------------------------------------------------------------- */
+
+/* Page-aligned memory from the thread's registered pool (len rounded up
+ * to a power-of-two number of 4 KiB pages).  NULL when the pool cannot
+ * give len now: backpressure -- stop reading requests until a buffer comes
+ * back (see pdio_thread_on_buf_free).  Memory from here used as a READ or
+ * WRITE buffer goes straight to the kernel (fixed buffer, no copy) when
+ * offset and count are aligned.  The engine's own bounce memory has a
+ * separate region, so buffers held by a front end can never starve a
+ * request the engine has started.
+ */
+extern void *pdio_buf_get (struct pdio_thread *t, size_t len);
+extern void pdio_buf_put (struct pdio_thread *t, void *buf, size_t len);
+/* The largest len pdio_buf_get can ever satisfy (0: none). */
+extern size_t pdio_buf_max (const struct pdio_thread *t);
+/* fn(opaque) runs from pdio_thread_poll after pool memory was freed
+ * (NULL: none), so a reader stalled on pdio_buf_get can resume.
+ */
+extern void pdio_thread_on_buf_free (struct pdio_thread *t,
+                                     void (*fn) (void *opaque),
+                                     void *opaque);
+
+/* ---- requests --------------------------------------------------------------- */
+
+enum pdio_op {
+  PDIO_OP_READ, PDIO_OP_WRITE, PDIO_OP_ZERO, PDIO_OP_TRIM, PDIO_OP_FLUSH,
+};
+
+/* The engine's state of a request; its layout is private to src/req.c. */
+#define PDIO_REQ_PRIVATE_SIZE 1536
+struct pdio_req_private {
+  union {
+    unsigned char bytes[PDIO_REQ_PRIVATE_SIZE];
+    uint64_t align_u64;
+    void *align_ptr;
+  } u;
+};
+
+struct pdio_req {
+  /* The caller's, unchanged by the engine. */
+  enum pdio_op op;
+  unsigned flags;               /* PDIO_FUA, PDIO_MAY_TRIM, PDIO_FAST_ZERO */
+  uint64_t offset;
+  size_t count;
+  void *buf;                    /* READ/WRITE: any memory; pool memory that
+                                   is aligned as the geometry wants goes
+                                   direct (no copy) */
+  /* 0 or -errno, exactly once, always from pdio_thread_poll (never from
+   * inside pdio_submit).  The request may be freed or reused in it.
+   */
+  void (*done) (struct pdio_req *r, int err);
+  void *opaque;                 /* the caller's */
+  /* The engine's: the caller must not touch it until done runs. */
+  struct pdio_req_private priv;
+};
+
+/* Starts r and returns at once; r and its buffer must stay valid until
+ * r->done runs.  Any number of requests may be in flight per thread.
+ */
+extern void pdio_submit (struct pdio_thread *t, struct pdio_req *r);
+
+/* The NBD spec's errno rules for a request's range, in one place (also for
+ * a front end that must refuse a request before reading its payload):
+ * EPERM for write/zero/trim on a read-only image, EINVAL for read/write
+ * over the maximum request size, EINVAL for read/trim (and extents) past
+ * the end, ENOSPC for write/zero past the end.  0 if it may go on.
+ */
+extern int pdio_check_range (const struct pdio_image *img, enum pdio_op op,
+                             uint64_t offset, uint64_t count);
+
+/* ---- start-and-wait wrappers ------------------------------------------------- */
+
+/* pdio_submit + pdio_thread_poll until done.  Only for a thread with no
+ * other requests of its own in flight that it must serve meanwhile.
+ */
+extern int pdio_read (struct pdio_thread *t, void *buf, size_t count,
+                      uint64_t offset);
+extern int pdio_write (struct pdio_thread *t, const void *buf, size_t count,
+                       uint64_t offset, unsigned flags);
+extern int pdio_zero (struct pdio_thread *t, size_t count, uint64_t offset,
+                      unsigned flags);
+extern int pdio_trim (struct pdio_thread *t, size_t count, uint64_t offset,
+                      unsigned flags);
+extern int pdio_flush (struct pdio_thread *t);
+
+/* Synchronous (lseek SEEK_DATA/SEEK_HOLE, no device I/O), any thread.
+ * Reports [offset, offset+count) as a run of data and hole extents, in
  * order, through add(); stops early when add() returns non-zero or, with
  * req_one, after the first extent.
  */
@@ -100,6 +253,8 @@ struct pdio_stats {
   uint64_t direct;              /* chunks whose middle went straight from/to
                                    the caller's memory */
   uint64_t bounced;             /* chunks copied through bounce pages */
+  uint64_t bounced_bytes;       /* client bytes copied through bounce pages:
+                                   0 for aligned requests in aligned memory */
   uint64_t rmw_blocks;          /* blocks read back for read-modify-write */
   uint64_t tail_writes;         /* writes into the sub-alignment image tail */
   uint64_t short_io;            /* short transfers resubmitted */

@@ -6,9 +6,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include <liburing.h>
+
 #include "engine.h"
 #include "geometry.h"
 #include "io.h"
+#include "pool.h"
 #include "range_lock.h"
 
 /* nbdkit never sends more than 64 MiB; neither may anyone else. */
@@ -17,9 +20,15 @@
 #define PDIO_MAX_BLOCK ((uint32_t) 32 << 20)
 /* Zero pages that zeroing writes come from (read-only, never touched). */
 #define ZERO_LEN ((size_t) 1 << 20)
+/* Bounce bytes one chunk of a request may use: enough for a 1 MiB request
+ * at any offset with 4 KiB blocks in one chunk, and for larger requests in
+ * a few.  Also the size of every pool's bounce region.
+ */
+#define BOUNCE_CAP ((size_t) 2 << 20)
 
 struct engine_counters {
-  _Atomic uint64_t reads, writes, direct, bounced, rmw_blocks, tail_writes;
+  _Atomic uint64_t reads, writes, direct, bounced, bounced_bytes;
+  _Atomic uint64_t rmw_blocks, tail_writes;
   _Atomic uint64_t zero_fallocate, zero_written, flushes;
   struct io_counters io;
 };
@@ -38,9 +47,7 @@ struct pdio_image {
   bool bounce_canary;           /* see pdio_config */
   atomic_bool told_changed;     /* logged that the file shrank or went */
   struct range_lock lock;
-  pthread_key_t ctx_key;
-  pthread_mutex_t ctx_lock;     /* protects ctxs */
-  struct io_ctx *ctxs;          /* every thread's context */
+  atomic_uint threads;          /* pdio_threads alive */
   struct pdio_log log;
   char *zero_mem;               /* ZERO_LEN + GEOMETRY_PAGE zero bytes */
   /* fallocate modes that answered EOPNOTSUPP, so we stop trying them. */
@@ -48,8 +55,54 @@ struct pdio_image {
   struct engine_counters stats;
 };
 
+/* A request waiting for bounce memory. */
+struct bounce_wait {
+  struct bounce_wait *next;
+  size_t len;
+  void (*granted) (struct bounce_wait *w, void *mem);   /* from poll */
+};
+
+/* One worker thread's engine state; see engine.h.  Only its owner thread
+ * touches it, except remote_* (under remote_lock).
+ */
+struct pdio_thread {
+  struct pdio_image *img;
+  pthread_t owner;
+  bool have_ring;
+  struct io_uring ring;
+  bool file_on_ring;            /* the image's I/O goes on the ring */
+  bool fixed_file;              /* the image is registered file 0 */
+  bool fixed_buf;               /* the pool is registered buffer 0 */
+  const struct io_backend *backend;   /* when !file_on_ring */
+  void *backend_state;
+  struct psync_files files;
+
+  struct pool pool;
+  /* Requests waiting for bounce memory, FIFO. */
+  struct bounce_wait *mem_waiters, **mem_waiters_tail;
+  bool buf_freed;               /* pool memory came back since last poll */
+  void (*on_buf_free) (void *opaque);
+  void *on_buf_free_opaque;
+
+  /* Deferred work, FIFO. */
+  struct thread_work *work, **work_tail;
+  /* Work queued by other threads (range lock grants). */
+  pthread_mutex_t remote_lock;
+  struct thread_work *remote, **remote_tail;
+  atomic_bool remote_pending;
+  int efd;                      /* eventfd: remote work arrived */
+  uint64_t efd_value;
+  struct pdio_completion efd_comp;
+
+  unsigned requests;            /* in flight, for pdio_thread_free */
+  bool counted;                 /* in img->threads */
+};
+
 #define COUNT(img, field, n) \
   atomic_fetch_add_explicit (&(img)->stats.field, (n), memory_order_relaxed)
+
+#define container_of(ptr, type, member) \
+  ((type *) ((char *) (ptr) - offsetof (type, member)))
 
 enum engine_log_level { ENGINE_LOG_ERROR, ENGINE_LOG_WARNING, ENGINE_LOG_DEBUG };
 extern void engine_log (const struct pdio_image *img,
@@ -60,42 +113,49 @@ extern void engine_log (const struct pdio_image *img,
   engine_log (img, ENGINE_LOG_WARNING, __VA_ARGS__)
 #define engine_debug(img, ...) engine_log (img, ENGINE_LOG_DEBUG, __VA_ARGS__)
 
-/* This thread's context, created on first use; NULL with errno on failure. */
-extern struct io_ctx *engine_ctx (struct pdio_image *img);
+/* The image file shrank or was deleted while served: say so once. */
+extern void engine_tell_changed (struct pdio_image *img, const char *what);
 
-/* The start of every write, zero: refuses a read-only or shrunk image and
- * ranges past its end, gets this thread's context and takes the range
- * lock.  0 (locked: release img->lock with *lock), 1 (nothing to do, not
- * locked) or -errno.
+/* The span a write of [offset, offset+count) may touch, for the range
+ * lock: block-rounded, and for a tail write the whole page/fs block.
  */
-extern int engine_begin_write (struct pdio_image *img, uint64_t offset,
-                               uint64_t count, struct range_lock_entry *lock,
-                               struct io_ctx **ctxp);
-
-/* Locks the range a write of [offset, offset+count) may touch. */
-extern void engine_lock_write (struct pdio_image *img,
-                               struct range_lock_entry *e,
-                               uint64_t offset, uint64_t count);
-
-/* Direct I/O of any offset, length and memory, chunk by chunk: the
- * executor of plan_chunk().  Writes need the caller's range lock.
- */
-extern int engine_rw_direct (struct pdio_image *img, struct io_ctx *ctx,
-                             bool write, char *buf, size_t count,
-                             uint64_t offset, int rw_flags);
-
-/* Writes buf to [offset, offset+count) under the caller's range lock. */
-extern int engine_write_locked (struct pdio_image *img, struct io_ctx *ctx,
-                                const void *buf, size_t count,
-                                uint64_t offset, unsigned flags);
+extern void engine_write_span (const struct pdio_image *img, uint64_t offset,
+                               uint64_t count, uint64_t *start,
+                               uint64_t *end);
 
 /* Refuses I/O to a file that was deleted, or that is now shorter than end
  * (0: only the deletion check).  0 or -errno.
  */
 extern int engine_check_file (struct pdio_image *img, uint64_t end);
 
-/* Writes zeroes over [offset, offset+count) under the caller's lock. */
-extern int engine_write_zeroes (struct pdio_image *img, struct io_ctx *ctx,
-                                uint64_t offset, uint64_t count);
+/* Whole allocation units inside [offset, end), never past the last whole
+ * one of a file (zero.c).
+ */
+extern void engine_whole_units (const struct pdio_image *img, uint64_t offset,
+                                uint64_t end, uint64_t *u0, uint64_t *u1);
+
+/* Pool memory for a request's bounce (ring.c).  NULL when short: the
+ * request is then queued (thread_wait_bounce) and resumed when memory
+ * comes back.
+ */
+extern void *thread_get_bounce (struct pdio_thread *t, size_t len);
+extern void thread_put_bounce (struct pdio_thread *t, void *mem, size_t len);
+extern void thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w);
+/* Can this process use io_uring at all?  0 or -errno (ring.c). */
+extern int backend_uring_available (void);
+/* For tests: the image's I/O through b (synchronous) instead of the ring. */
+extern void thread_set_backend (struct pdio_thread *t,
+                                const struct io_backend *b, void *state);
+
+/* Internal request flag: a bare direct read or write of the request's
+ * range -- no range check, file check, lock or tail handling (the
+ * planner's tests and fuzzer, on a memory disk).
+ */
+#define ENGINE_RAW (1u << 31)
+
+/* Start-and-wait (sync.c); exported for the tests' raw requests. */
+extern int engine_run (struct pdio_thread *t, struct pdio_req *r);
+extern int engine_rw_direct (struct pdio_thread *t, bool write, char *buf,
+                             size_t count, uint64_t offset);
 
 #endif /* PDIO_ENGINE_INTERNAL_H */

@@ -16,14 +16,17 @@ pdio_extents (struct pdio_image *img, size_t count, uint64_t offset,
 {
   const uint64_t end = offset + count;
   uint64_t pos = offset;
+  /* Past the end: a read's rule (EINVAL). */
+  int r = pdio_check_range (img, PDIO_OP_READ, offset, 0);
 
-  if (offset > img->geo.size || count > img->geo.size - offset)
-    return -EINVAL;
+  if (r == 0 && count > img->geo.size - offset)
+    r = -EINVAL;
+  if (r < 0)
+    return r;
 
   while (pos < end) {
     off_t next;
     bool hole;
-    int r;
 
     next = lseek (img->fd, pos, SEEK_DATA);
     if (next == -1 && errno != ENXIO)

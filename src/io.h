@@ -1,5 +1,7 @@
-/* The I/O layer: runs direct transfers described by dio_args to
- * completion on a per-thread context, whatever the backend.
+/* The I/O layer: the system calls a request is made of (sysop), how they
+ * reach the kernel (on the thread's ring, or synchronously through a
+ * backend), and direct transfers described by dio_args run to completion
+ * one completion at a time (xfer).
  *
  * Short transfers are resubmitted for the remainder with the accumulated
  * offset (the remainder is rebuilt from the dio_args and a byte count, never
@@ -20,86 +22,112 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "bounce.h"
 #include "dio_args.h"
+#include "engine.h"
 
-/* At most this many transfers go to the kernel together (two RMW reads). */
+/* At most this many transfers of one request are in flight (two RMW reads). */
 #define IO_MAX_OPS 2
 /* Iovecs one transfer may need: head block, middle, tail block. */
 #define IO_MAX_IOV 4
 /* Give up on a transfer that keeps failing with EINTR or EAGAIN. */
 #define IO_MAX_RETRIES 1000
 
-struct io_ctx;
+struct pdio_thread;
 
-/* One transfer handed to the kernel. */
-struct io_sub {
-  bool write;
-  int rw_flags;                 /* RWF_* */
-  uint64_t offset;
+/* Work the thread runs from pdio_thread_poll, in FIFO order. */
+struct thread_work {
+  struct thread_work *next;
+  void (*fn) (struct thread_work *w);
+};
+
+/* Queues w on t.  thread_defer: from t's own thread only.
+ * thread_defer_any: from any thread (wakes t if it sleeps in poll).
+ */
+extern void thread_defer (struct pdio_thread *t, struct thread_work *w);
+extern void thread_defer_any (struct pdio_thread *t, struct thread_work *w);
+
+enum sysop_kind {
+  SYSOP_READV,                  /* O_DIRECT fd */
+  SYSOP_WRITEV,                 /* O_DIRECT fd */
+  SYSOP_FDATASYNC,              /* O_DIRECT fd */
+  SYSOP_FALLOCATE,              /* O_DIRECT fd; flags = mode */
+  SYSOP_TAIL_WRITE,             /* buffered tail fd; iov[0] only */
+  SYSOP_TAIL_SYNC_RANGE,        /* tail fd; flags = SYNC_FILE_RANGE_* */
+  SYSOP_TAIL_FADVISE,           /* tail fd; flags = POSIX_FADV_* */
+};
+
+/* One system call.  The result (bytes or -errno) goes to comp.fn, always
+ * from pdio_thread_poll.
+ */
+struct sysop {
+  struct pdio_completion comp;
+  enum sysop_kind kind;
+  int flags;                    /* RWF_*, fallocate mode, ... */
+  uint64_t offset, len;
   const struct iovec *iov;
   int iovcnt;
-  ssize_t res;                  /* bytes, or -errno */
+  /* Synchronous backends: the deferred call and its result. */
+  struct thread_work work;
+  struct pdio_thread *t;
+  int res;
 };
 
+/* A backend that does the system calls itself, synchronously (psync: the
+ * real ones; the tests' memory disk).  Returns bytes or -errno.
+ */
 struct io_backend {
   const char *name;
-  /* Runs subs[0..n) until each has a result.  Returns 0, or -errno when
-   * the backend itself failed and no result means anything.  Must not
-   * return while any of the transfers is still in flight.
-   */
-  int (*submit) (struct io_ctx *ctx, struct io_sub *subs, unsigned n);
-  /* The bounce arena was (re)allocated: register it again if it cares. */
-  void (*bounce_changed) (struct io_ctx *ctx);
-  void (*destroy) (struct io_ctx *ctx);
+  ssize_t (*run) (void *state, const struct sysop *op);
+};
+extern const struct io_backend backend_psync;
+
+/* The fds backend_psync works on. */
+struct psync_files {
+  int fd, tail_fd;
 };
 
-extern const struct io_backend backend_psync;
-extern const struct io_backend backend_uring;
-/* Sets up io_uring on ctx (after ctx->fd is set).  Returns 0 or -errno. */
-extern int backend_uring_init (struct io_ctx *ctx);
-/* Can this process use io_uring at all?  0 or -errno. */
-extern int backend_uring_available (void);
+/* Hands op to the kernel: an SQE on t's ring, or the synchronous backend
+ * from t's deferred work.
+ */
+extern void thread_issue (struct pdio_thread *t, struct sysop *op);
+
+/* Fills sqe for op (backend_uring.c).  fixed_file: the image is file 0;
+ * fixed_buf: op's single iovec lies in registered buffer 0.
+ */
+struct io_uring_sqe;
+extern void uring_prep (struct io_uring_sqe *sqe, const struct sysop *op,
+                        int fd, int tail_fd, bool fixed_file, bool fixed_buf);
 
 struct io_counters {
   _Atomic uint64_t short_io;
 };
 
-/* Per-thread state: the backend, the bounce arena and scratch space for
- * page vectors.  Never shared between threads.
- */
-struct io_ctx {
-  const struct io_backend *backend;
-  void *backend_state;
-  int fd;                       /* the image, opened O_DIRECT */
+/* One logical direct transfer: segs follow each other in the file. */
+struct xfer {
+  struct pdio_thread *t;
   struct io_counters *counters;
-  struct bounce bounce;
-  bool bounce_canary;           /* fill free bounce memory with PDIO_CANARY */
-  void **pages;                 /* page slots for this thread's dio_args */
-  unsigned pages_cap;
-  struct io_ctx *next;          /* on the image's list of contexts */
-};
-
-/* One logical transfer: segs follow each other in the file. */
-struct io_op {
   bool write;
   int rw_flags;
   uint32_t align;               /* of the file offsets, for resuming */
-  const struct dio_args *segs;
+  struct dio_args segs[3];
   unsigned nsegs;
+  size_t total;
   size_t done;                  /* out: bytes transferred */
   int err;                      /* out: 0 or -errno */
-  size_t stalled_at;            /* internal: where a read last stopped
-                                   without aligned progress */
+  size_t stalled_at;            /* where a read last stopped without
+                                   aligned progress */
+  unsigned retries;
+  struct iovec iov[IO_MAX_IOV];
+  struct sysop op;
+  void (*finished) (struct xfer *x);
+  void *owner;                  /* the finished callback's */
 };
 
-/* Runs ops[0..nops) (nops <= IO_MAX_OPS) together.  Returns 0 if every op
- * finished (reads may stop short at end of file: see op->done), else the
- * first op's error.
+/* Starts x (its segs, nsegs, write, rw_flags, align, t, counters and
+ * finished set); x->finished(x) runs from poll when it is over: done is
+ * the whole length, or less for a read that met end of file, or err is
+ * set.
  */
-extern int io_run (struct io_ctx *ctx, struct io_op *ops, unsigned nops);
-
-/* Makes the bounce arena at least len bytes and tells the backend. */
-extern int io_bounce_reserve (struct io_ctx *ctx, size_t len);
+extern void xfer_start (struct xfer *x);
 
 #endif /* PDIO_IO_H */

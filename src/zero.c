@@ -1,4 +1,4 @@
-/* Write-zeroes and trim: FS-block mapping.
+/* Write-zeroes and trim: FS-block mapping, as steps of a request (req.h).
  *
  * fallocate only ever sees whole allocation units (fs blocks of a file,
  * logical blocks of a device): on a partial block, filesystems zero through
@@ -8,6 +8,7 @@
  * then punch + allocate, remembering which modes the filesystem refused;
  * when none works, a fast-zero request fails with ENOTSUP before anything
  * is changed and any other writes zeroes from the engine's zero pages.
+ * Every fallocate is an io_uring op (IORING_OP_FALLOCATE) on the ring.
  */
 #include <config.h>
 
@@ -18,7 +19,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "engine_internal.h"
+#include "req.h"
 
 static bool
 unsupported (int err)
@@ -26,66 +27,9 @@ unsupported (int err)
   return err == EOPNOTSUPP || err == ENOTSUP || err == ENOSYS;
 }
 
-/* Tries one fallocate mode; 0, -EOPNOTSUPP (remembered in *no), -errno. */
-static int
-try_fallocate (atomic_bool *no, int fd, int mode, uint64_t off, uint64_t len)
-{
-  if (no && atomic_load (no))
-    return -EOPNOTSUPP;
-  if (fallocate (fd, mode, off, len) == 0)
-    return 0;
-  if (unsupported (errno)) {
-    if (no)
-      atomic_store (no, true);
-    return -EOPNOTSUPP;
-  }
-  return -errno;
-}
-
-/* Zeroes whole allocation units [off, off+len) without writing data. */
-static int
-zero_fallocate (struct pdio_image *img, uint64_t off, uint64_t len,
-                unsigned flags)
-{
-  const int keep = FALLOC_FL_KEEP_SIZE;
-  int r = -EOPNOTSUPP;
-
-  if (img->geo.blockdev) {
-    /* On a block device PUNCH_HOLE never falls back to writing zeroes
-     * (BLKDEV_ZERO_NOFALLBACK) while ZERO_RANGE may: the first is the
-     * fast one.
-     */
-    r = try_fallocate (NULL, img->fd, FALLOC_FL_PUNCH_HOLE | keep, off, len);
-    if (r == -EOPNOTSUPP && !(flags & PDIO_FAST_ZERO))
-      r = try_fallocate (NULL, img->fd, FALLOC_FL_ZERO_RANGE | keep, off,
-                         len);
-    return r;
-  }
-
-  if (flags & PDIO_MAY_TRIM)
-    r = try_fallocate (&img->no_punch, img->fd,
-                       FALLOC_FL_PUNCH_HOLE | keep, off, len);
-  if (r == -EOPNOTSUPP)
-    r = try_fallocate (&img->no_zero_range, img->fd,
-                       FALLOC_FL_ZERO_RANGE | keep, off, len);
-  if (r == -EOPNOTSUPP) {
-    r = try_fallocate (&img->no_punch, img->fd,
-                       FALLOC_FL_PUNCH_HOLE | keep, off, len);
-    /* Allocate again so later writes do not hit ENOSPC unexpectedly; if
-     * that fails the hole still reads as zeroes, which is what was asked.
-     */
-    if (r == 0 && !(flags & PDIO_MAY_TRIM))
-      (void) fallocate (img->fd, keep, off, len);
-  }
-  return r;
-}
-
-/* Allocation units lying wholly inside [offset, end), never past the last
- * whole one of a file.
- */
-static void
-whole_units (const struct pdio_image *img, uint64_t offset, uint64_t end,
-             uint64_t *u0, uint64_t *u1)
+void
+engine_whole_units (const struct pdio_image *img, uint64_t offset,
+                    uint64_t end, uint64_t *u0, uint64_t *u1)
 {
   uint64_t grain = img->geo.blockdev ? img->geo.offset_align
                                      : img->geo.fs_block;
@@ -99,92 +43,241 @@ whole_units (const struct pdio_image *img, uint64_t offset, uint64_t end,
     *u0 = *u1;
 }
 
-static int
-zero_locked (struct pdio_image *img, struct io_ctx *ctx, uint64_t offset,
-             uint64_t count, unsigned flags)
-{
-  const uint64_t end = offset + count;
-  uint64_t u0, u1;
-  int r;
+/* ---- writing zeroes --------------------------------------------------------- */
 
-  whole_units (img, offset, end, &u0, &u1);
-  if (u0 < u1) {
-    r = zero_fallocate (img, u0, u1 - u0, flags);
-    if (r == -EOPNOTSUPP) {
-      if (flags & PDIO_FAST_ZERO)
-        return -ENOTSUP;
-      r = engine_write_zeroes (img, ctx, u0, u1 - u0);
-    }
-    else if (r == 0)
-      COUNT (img, zero_fallocate, 1);
-    if (r < 0)
-      return r;
+static void wz_piece (struct req_state *rs);
+
+static void
+wz_piece_done (struct req_state *rs)
+{
+  COUNT (rs->img, zero_written, rs->wz.piece_end - rs->wz.pos);
+  rs->wz.pos = rs->wz.piece_end;
+  wz_piece (rs);
+}
+
+static void
+wz_piece (struct req_state *rs)
+{
+  const struct pdio_image *img = rs->img;
+  const uint32_t mask = img->geo.mem_align - 1;
+  uint64_t pos = rs->wz.pos, end;
+
+  if (pos >= rs->wz.end) {
+    rs->wz.then (rs);
+    return;
   }
-  else
-    u0 = u1 = end;
-  if (offset < u0 && (r = engine_write_zeroes (img, ctx, offset,
-                                               u0 - offset)) < 0)
-    return r;
-  if (u1 < end && (r = engine_write_zeroes (img, ctx, u1, end - u1)) < 0)
-    return r;
-  return 0;
+  end = round_down (pos + ZERO_LEN, img->geo.offset_align);
+  if (end <= pos)
+    end = pos + ZERO_LEN;
+  if (end > rs->wz.end)
+    end = rs->wz.end;
+  rs->wz.piece_end = end;
+  /* Zero pages read the same from any address: pick the one that lines up
+   * with the offset, so the aligned middle goes direct.
+   */
+  req_write_range (rs, img->zero_mem + (pos & mask), pos, end - pos, false,
+                   wz_piece_done);
 }
 
-int
-pdio_zero (struct pdio_image *img, size_t count, uint64_t offset,
-           unsigned flags)
+/* Writes zeroes over [from, to) under the request's lock, then `then`. */
+static void
+write_zeroes (struct req_state *rs, uint64_t from, uint64_t to,
+              req_step *then)
 {
-  struct range_lock_entry lock;
-  struct io_ctx *ctx;
-  int r;
-
-  r = engine_begin_write (img, offset, count, &lock, &ctx);
-  if (r != 0)
-    return r < 0 ? r : 0;
-  r = zero_locked (img, ctx, offset, count, flags);
-  if (r == 0 && (flags & PDIO_FUA) && fdatasync (img->fd) == -1)
-    r = -errno;
-  range_lock_release (&img->lock, &lock);
-  return r;
+  rs->wz.pos = from;
+  rs->wz.end = to;
+  rs->wz.then = then;
+  wz_piece (rs);
 }
+
+/* ---- zero ----------------------------------------------------------------- */
+
+static void
+zero_finished (struct req_state *rs)
+{
+  if (rs->r->flags & PDIO_FUA)
+    req_sync_then (rs, req_done_ok);
+  else
+    req_finish (rs, 0);
+}
+
+static void
+zero_tail_edge (struct req_state *rs)
+{
+  write_zeroes (rs, rs->u1, rs->r->offset + rs->r->count, zero_finished);
+}
+
+static void
+zero_edges (struct req_state *rs)
+{
+  write_zeroes (rs, rs->r->offset, rs->u0, zero_tail_edge);
+}
+
+static void zero_fallocate_next (struct req_state *rs);
+
+static void
+zero_allocated (struct req_state *rs, int res)
+{
+  /* If allocating again failed the hole still reads as zeroes, which is
+   * what was asked.
+   */
+  (void) res;
+  COUNT (rs->img, zero_fallocate, 1);
+  zero_edges (rs);
+}
+
+static void
+zero_fallocated (struct req_state *rs, int res)
+{
+  struct pdio_image *img = rs->img;
+  const int keep = FALLOC_FL_KEEP_SIZE;
+
+  if (res == 0) {
+    /* Punch + allocate: allocate again so later writes do not hit ENOSPC
+     * unexpectedly.
+     */
+    if (!img->geo.blockdev && rs->zstep == 3 &&
+        !(rs->r->flags & PDIO_MAY_TRIM)) {
+      req_issue (rs, SYSOP_FALLOCATE, keep, rs->u0, rs->u1 - rs->u0,
+                 zero_allocated);
+      return;
+    }
+    COUNT (img, zero_fallocate, 1);
+    zero_edges (rs);
+    return;
+  }
+  if (unsupported (-res)) {
+    if (!img->geo.blockdev)
+      atomic_store (rs->zmode & FALLOC_FL_PUNCH_HOLE ? &img->no_punch
+                                                     : &img->no_zero_range,
+                    true);
+    zero_fallocate_next (rs);
+    return;
+  }
+  req_finish (rs, res);
+}
+
+/* The next fallocate mode worth trying on the whole units, or, when none
+ * is left, the fallback.
+ */
+static void
+zero_fallocate_next (struct req_state *rs)
+{
+  struct pdio_image *img = rs->img;
+  const unsigned flags = rs->r->flags;
+  const int keep = FALLOC_FL_KEEP_SIZE;
+
+  for (;;) {
+    unsigned step = rs->zstep++;
+    int mode = 0;
+
+    if (img->geo.blockdev) {
+      /* On a block device PUNCH_HOLE never falls back to writing zeroes
+       * (BLKDEV_ZERO_NOFALLBACK) while ZERO_RANGE may: the first is the
+       * fast one.
+       */
+      if (step == 0)
+        mode = FALLOC_FL_PUNCH_HOLE;
+      else if (step == 1 && !(flags & PDIO_FAST_ZERO))
+        mode = FALLOC_FL_ZERO_RANGE;
+      else if (step > 1)
+        break;
+    }
+    else if (step == 0) {
+      if ((flags & PDIO_MAY_TRIM) && !atomic_load (&img->no_punch))
+        mode = FALLOC_FL_PUNCH_HOLE;
+    }
+    else if (step == 1) {
+      if (!atomic_load (&img->no_zero_range))
+        mode = FALLOC_FL_ZERO_RANGE;
+    }
+    else if (step == 2) {
+      if (!atomic_load (&img->no_punch))
+        mode = FALLOC_FL_PUNCH_HOLE;
+    }
+    else
+      break;
+    if (mode) {
+      rs->zmode = mode;
+      req_issue (rs, SYSOP_FALLOCATE, mode | keep, rs->u0, rs->u1 - rs->u0,
+                 zero_fallocated);
+      return;
+    }
+  }
+  if (flags & PDIO_FAST_ZERO) {
+    req_finish (rs, -ENOTSUP);  /* before anything was changed */
+    return;
+  }
+  write_zeroes (rs, rs->u0, rs->u1, zero_edges);
+}
+
+void
+zero_locked (struct req_state *rs)
+{
+  const uint64_t end = rs->r->offset + rs->r->count;
+
+  engine_whole_units (rs->img, rs->r->offset, end, &rs->u0, &rs->u1);
+  if (rs->u0 < rs->u1) {
+    rs->zstep = 0;
+    zero_fallocate_next (rs);
+  }
+  else {
+    rs->u0 = rs->u1 = end;
+    zero_edges (rs);
+  }
+}
+
+/* ---- trim ------------------------------------------------------------------ */
 
 /* Trim is advisory: only whole units are deallocated, partial edges are
  * left alone, and a filesystem that cannot punch holes ignores it.
  */
-int
-pdio_trim (struct pdio_image *img, size_t count, uint64_t offset,
-           unsigned flags)
+static void
+trim_done (struct req_state *rs, int res)
 {
-  struct range_lock_entry lock;
+  if (res < 0)
+    req_finish (rs, res);
+  else if (rs->r->flags & PDIO_FUA)
+    req_sync_then (rs, req_done_ok);
+  else
+    req_finish (rs, 0);
+}
+
+static void
+trim_punched (struct req_state *rs, int res)
+{
+  if (unsupported (-res)) {
+    atomic_store (&rs->img->no_punch, true);
+    res = 0;
+  }
+  else if (res == 0)
+    COUNT (rs->img, zero_fallocate, 1);
+  trim_done (rs, res);
+}
+
+void
+trim_locked (struct req_state *rs)
+{
+  struct pdio_image *img = rs->img;
   uint64_t u0, u1;
-  int r = 0;
 
-  if (img->readonly)
-    return -EPERM;
-  if (offset > img->geo.size || count > img->geo.size - offset)
-    return -EINVAL;
-  whole_units (img, offset, offset + count, &u0, &u1);
-  if (u0 >= u1 && !(flags & PDIO_FUA))
-    return 0;
-
-  engine_lock_write (img, &lock, offset, count ? count : 1);
+  engine_whole_units (img, rs->r->offset, rs->r->offset + rs->r->count,
+                      &u0, &u1);
   if (u0 < u1 && img->geo.blockdev) {
+    /* No io_uring opcode for a discard on the kernels we support: the
+     * ioctl, synchronously (rare, and the device answers quickly).
+     */
     uint64_t range[2] = { u0, u1 - u0 };
+    int res = 0;
 
     if (ioctl (img->fd, BLKDISCARD, range) == -1 && !unsupported (errno))
-      r = -errno;
+      res = -errno;
+    trim_done (rs, res);
   }
-  else if (u0 < u1) {
-    r = try_fallocate (&img->no_punch, img->fd,
-                       FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                       u0, u1 - u0);
-    if (r == -EOPNOTSUPP)
-      r = 0;
-    else if (r == 0)
-      COUNT (img, zero_fallocate, 1);
-  }
-  if (r == 0 && (flags & PDIO_FUA) && fdatasync (img->fd) == -1)
-    r = -errno;
-  range_lock_release (&img->lock, &lock);
-  return r;
+  else if (u0 < u1 && !atomic_load (&img->no_punch))
+    req_issue (rs, SYSOP_FALLOCATE,
+               FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, u0, u1 - u0,
+               trim_punched);
+  else
+    trim_done (rs, 0);
 }

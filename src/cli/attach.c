@@ -1,6 +1,7 @@
 /* pdio attach: an image becomes /dev/nbdN.
  *
- * nbdkit serves the image with pdio.so on RUNDIR/nbdN.sock (its log in
+ * A server -- pdio's own (pdio serve as a daemon), or with --nbdkit
+ * nbdkit with pdio.so -- serves the image on RUNDIR/nbdN.sock (its log in
  * RUNDIR/nbdN.log), pdio asks it for the preferred block size it
  * advertises (the image's direct-I/O alignment), and nbd-client attaches the device
  * with that block size, multi-conn connections and a timeout.  Any failure
@@ -32,12 +33,14 @@ struct attach_opts {
   const char *device;
   const char *plugin;
   const char *image;
+  bool nbdkit;                  /* nbdkit + pdio.so instead of pdio serve */
 };
 
 /* What has been done so far, for undo(). */
 struct attach {
   char image[PATH_MAX];
   char nbdkit[PATH_MAX], nbd_client[PATH_MAX];
+  char self[PATH_MAX];          /* this pdio, which runs pdio serve */
   char log[PATH_MAX], pidfile[PATH_MAX];
   int idx;
   bool client_ran;
@@ -49,8 +52,8 @@ usage (FILE *fp)
 {
   fprintf (fp,
 "Usage: pdio attach [OPTIONS] IMAGE\n"
-"Serve IMAGE with nbdkit and pdio.so and attach it to the first free\n"
-"/dev/nbdN (or --device); prints the device.\n"
+"Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
+"it to the first free /dev/nbdN (or --device); prints the device.\n"
 "\n"
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
 "  -C, --connections N    multi-conn connections, 1..%d (default %d, at most\n"
@@ -59,7 +62,9 @@ usage (FILE *fp)
 "                         (a power of two, %d..%d)\n"
 "  -t, --timeout S        kernel request timeout in seconds (default %d)\n"
 "  -d, --device DEV       attach /dev/nbdN\n"
-"      --plugin PLUGIN    the nbdkit plugin (default $PDIO_PLUGIN or pdio)\n",
+"      --nbdkit           serve with nbdkit and pdio.so instead\n"
+"      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
+"                         or pdio)\n",
            MAX_CONNECTIONS, DEFAULT_CONNECTIONS, MIN_BLOCK_SIZE,
            MAX_BLOCK_SIZE, DEFAULT_TIMEOUT);
 }
@@ -74,6 +79,7 @@ parse (int argc, char **argv, struct attach_opts *o)
     { "timeout", required_argument, NULL, 't' },
     { "device", required_argument, NULL, 'd' },
     { "plugin", required_argument, NULL, 'P' },
+    { "nbdkit", no_argument, NULL, 'N' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -114,6 +120,7 @@ parse (int argc, char **argv, struct attach_opts *o)
       o->device = optarg;
       break;
     case 'P': o->plugin = optarg; break;
+    case 'N': o->nbdkit = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -153,9 +160,17 @@ check_image (const char *image, char *real)
 }
 
 static bool
-check_tools (struct attach *a)
+check_tools (const struct attach_opts *o, struct attach *a)
 {
-  if (!find_program ("PDIO_NBDKIT", "nbdkit", a->nbdkit, sizeof a->nbdkit)) {
+  ssize_t n = readlink ("/proc/self/exe", a->self, sizeof a->self - 1);
+
+  if (!o->nbdkit && n <= 0) {
+    errorf (CMD ": cannot find pdio itself (/proc/self/exe): %m");
+    return false;
+  }
+  a->self[n > 0 ? n : 0] = '\0';
+  if (o->nbdkit &&
+      !find_program ("PDIO_NBDKIT", "nbdkit", a->nbdkit, sizeof a->nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
             "nbdkit)", a->nbdkit);
     return false;
@@ -264,8 +279,9 @@ start_server (const struct attach_opts *o, struct attach *a,
   const struct server_opts so = {
     .nbdkit = a->nbdkit, .plugin = plugin_name (o->plugin),
     .image = a->image, .socket = a->rec.socket, .pidfile = a->pidfile,
-    .readonly = o->readonly,
+    .readonly = o->readonly, .native = !o->nbdkit, .pdio = a->self,
   };
+  const char *name = o->nbdkit ? "nbdkit" : "pdio serve";
   struct server_cmd cmd;
   char why[256] = "";
   pid_t pid;
@@ -277,8 +293,8 @@ start_server (const struct attach_opts *o, struct attach *a,
   pid = run_background ((char **) cmd.argv, a->log);
   if (pid == -1 || waitpid (pid, &status, 0) == -1 || status != 0) {
     show_log (a->log);
-    errorf (CMD ": nbdkit could not serve %s (exit status %d; its "
-            "messages are above)", a->image,
+    errorf (CMD ": %s could not serve %s (exit status %d; its "
+            "messages are above)", name, a->image,
             WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status));
     return false;
   }
@@ -286,7 +302,8 @@ start_server (const struct attach_opts *o, struct attach *a,
   for (unsigned t = 0; (a->rec.server_pid = read_pidfile (a->pidfile)) <= 0;
        t += 20) {
     if (t >= 10000) {
-      errorf (CMD ": nbdkit wrote no pid file (%s) within 10 s", a->pidfile);
+      errorf (CMD ": %s wrote no pid file (%s) within 10 s", name,
+              a->pidfile);
       return false;
     }
     msleep (20);
@@ -294,8 +311,8 @@ start_server (const struct attach_opts *o, struct attach *a,
   if (server_query (a->rec.socket, NULL, 30000, info, why, sizeof why))
     return true;
   show_log (a->log);
-  errorf (CMD ": nbdkit did not answer on %s within 30 s: %s", a->rec.socket,
-          why);
+  errorf (CMD ": %s did not answer on %s within 30 s: %s", name,
+          a->rec.socket, why);
   return false;
 }
 
@@ -458,7 +475,7 @@ cmd_attach (int argc, char **argv)
     return r;
   if (!need_root (CMD))
     return EXIT_NOT_ROOT;
-  if (!check_image (o.image, a.image) || !check_tools (&a))
+  if (!check_image (o.image, a.image) || !check_tools (&o, &a))
     return EXIT_FAILED;
   if (!nbd_driver_present ()) {
     no_driver_message ();

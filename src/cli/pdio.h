@@ -127,7 +127,9 @@ extern pid_t run_child (char *const argv[]);
 extern bool pid_alive (pid_t pid);
 /* Waits up to ms for pid (not our child) to be gone. */
 extern bool wait_gone (pid_t pid, unsigned ms);
-/* The process's comm is "nbdkit": the pid in a record was not reused. */
+/* The process's comm is "nbdkit" or "pdio" (pdio's own server): the pid
+ * in a record was not reused.
+ */
 extern bool pid_is_nbdkit (pid_t pid);
 
 /* --- server.c: nbdkit with pdio.so ----------------------------------------------- */
@@ -140,6 +142,9 @@ struct server_opts {
   bool readonly;
   const char *pidfile;          /* a daemon writing this pid file, or NULL:
                                    in the foreground, dying with pdio */
+  const char *align, *backend;  /* plugin parameters, or NULL */
+  bool native;                  /* pdio's own server: pdio serve */
+  const char *pdio;             /* native: this pdio's path */
 };
 struct server_info {
   uint64_t size;
@@ -154,6 +159,7 @@ struct server_info {
 struct server_cmd {
   const char *argv[24];
   char file_arg[PATH_MAX + 8];
+  char align_arg[32], backend_arg[32];
 };
 extern void server_argv (const struct server_opts *o, struct server_cmd *c);
 /* Connects with libnbd (to the unix socket, or to localhost:port if socket
@@ -167,6 +173,21 @@ extern void server_stop (pid_t pid);
 extern bool image_lock_free (const char *image, unsigned ms);
 /* Bytes of the image in the page cache (mincore), or -1. */
 extern int64_t image_cached_bytes (const char *image);
+
+/* --- serve_native.c: pdio's own NBD server (src/server/) ------------------------- */
+struct native_serve {
+  const char *image;            /* realpath */
+  const char *socket;           /* unix socket, or NULL with port */
+  const char *port;
+  bool readonly;
+  uint32_t align;               /* 0: as found */
+  int backend;                  /* enum pdio_backend */
+  unsigned threads;             /* 0: one per CPU */
+  const char *pidfile;          /* daemon mode (pdio attach), or NULL */
+  bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+};
+/* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
+extern int serve_native (const struct native_serve *o);
 
 /* --- the commands -------------------------------------------------------------------- */
 extern int cmd_attach (int argc, char **argv);

@@ -1,8 +1,10 @@
-/* pdio serve IMAGE: the server attach would start, in the foreground, for
- * attaching by hand or over TCP.  Prints the URI and the nbd-client
- * command with the right block size once the server answers, then runs
- * until nbdkit exits or pdio gets SIGINT, SIGTERM or SIGHUP (passed on to
- * nbdkit as SIGTERM).  Exits with nbdkit's status.
+/* pdio serve IMAGE: a server for attaching by hand or over TCP, in the
+ * foreground.  By default pdio's own NBD server runs in this process
+ * (serve_native.c); --nbdkit runs the server attach used to start: nbdkit
+ * with pdio.so, which prints the URI and the nbd-client command with the
+ * right block size once the server answers, then runs until nbdkit exits
+ * or pdio gets SIGINT, SIGTERM or SIGHUP (passed on to nbdkit as
+ * SIGTERM), and exits with nbdkit's status.
  */
 #include <config.h>
 
@@ -17,27 +19,41 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "pdio.h"
 
 #define CMD "pdio serve"
 
 struct serve_opts {
-  bool readonly;
+  bool readonly, nbdkit;
   const char *socket, *port, *plugin, *image;
+  const char *align, *backend;  /* as given, NULL: the default */
+  unsigned long threads;        /* native server: 0 = one per CPU */
+  const char *pidfile;          /* native server: daemon mode (attach) */
+  bool exit_with_parent;        /* native server: for the tests */
 };
 
 static void
 usage (FILE *fp)
 {
   fprintf (fp,
-"Usage: pdio serve [--read-only] [--socket PATH | --port PORT] IMAGE\n"
-"Serve IMAGE with nbdkit and pdio.so in the foreground; print the NBD URI\n"
-"and the nbd-client command that attaches it.  Ctrl-C stops it.\n"
+"Usage: pdio serve [OPTIONS] [--socket PATH | --port PORT] IMAGE\n"
+"Serve IMAGE over NBD in the foreground with pdio's own server (or nbdkit\n"
+"and pdio.so); print the NBD URI and the nbd-client command that attaches\n"
+"it.  Ctrl-C or SIGTERM stops it after answering the requests in flight.\n"
 "\n"
 "  -r, --read-only        serve read-only (the image gets a shared lock)\n"
 "  -s, --socket PATH      unix socket (default RUNDIR/serve-PID.sock)\n"
 "  -p, --port PORT        TCP port instead of a unix socket (all addresses)\n"
-"      --plugin PLUGIN    the nbdkit plugin (default $PDIO_PLUGIN or pdio)\n");
+"      --align N          raise the direct-I/O alignment (power of two)\n"
+"      --backend B        io_uring or psync (default io_uring, psync if\n"
+"                         io_uring is refused)\n"
+"      --threads N        worker threads (default one per CPU; not with\n"
+"                         --nbdkit)\n"
+"      --nbdkit           serve with nbdkit and pdio.so instead (TLS,\n"
+"                         filters)\n"
+"      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
+"                         or pdio)\n");
 }
 
 static int
@@ -48,10 +64,16 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "socket", required_argument, NULL, 's' },
     { "port", required_argument, NULL, 'p' },
     { "plugin", required_argument, NULL, 'P' },
+    { "align", required_argument, NULL, 'A' },
+    { "backend", required_argument, NULL, 'B' },
+    { "threads", required_argument, NULL, 'T' },
+    { "nbdkit", no_argument, NULL, 'N' },
+    { "pidfile", required_argument, NULL, 'F' },  /* for attach */
+    { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  unsigned long port;
+  unsigned long port, v;
   int c;
 
   *o = (struct serve_opts) { .readonly = false };
@@ -67,11 +89,40 @@ parse (int argc, char **argv, struct serve_opts *o)
       o->port = optarg;
       break;
     case 'P': o->plugin = optarg; break;
+    case 'A':
+      if (!parse_uint (optarg, 512, 1 << 20, &v) || !is_power_of_two (v)) {
+        errorf (CMD ": --align %s: must be a power of two from 512 to "
+                "1048576", optarg);
+        return EXIT_USAGE;
+      }
+      o->align = optarg;
+      break;
+    case 'B':
+      if (strcmp (optarg, "io_uring") && strcmp (optarg, "psync")) {
+        errorf (CMD ": --backend %s: must be io_uring or psync", optarg);
+        return EXIT_USAGE;
+      }
+      o->backend = optarg;
+      break;
+    case 'T':
+      if (!parse_uint (optarg, 1, 1024, &o->threads)) {
+        errorf (CMD ": --threads %s: must be a number from 1 to 1024", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'N': o->nbdkit = true; break;
+    case 'F': o->pidfile = optarg; break;
+    case 'E': o->exit_with_parent = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
   if (o->socket && o->port) {
     errorf (CMD ": --socket and --port: choose one");
+    return EXIT_USAGE;
+  }
+  if (o->nbdkit && (o->threads || o->pidfile)) {
+    errorf (CMD ": --threads and --pidfile are for pdio's own server, not "
+            "--nbdkit");
     return EXIT_USAGE;
   }
   if (optind != argc - 1) {
@@ -167,6 +218,24 @@ cmd_serve (int argc, char **argv)
     errorf (CMD ": %s: %s", o.image, strerror (EISDIR));
     return EXIT_FAILED;
   }
+  if (!o.nbdkit && o.socket == NULL && o.port == NULL) {
+    if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
+      errorf (CMD ": %s: %m (choose a socket with --socket)", rundir ());
+      return EXIT_FAILED;
+    }
+    snprintf (sock, sizeof sock, "%s/serve-%d.sock", rundir (), (int) getpid ());
+    o.socket = sock;
+  }
+  if (!o.nbdkit)
+    return serve_native (&(struct native_serve) {
+        .image = image, .socket = o.socket, .port = o.port,
+        .readonly = o.readonly, .align = o.align ? atoi (o.align) : 0,
+        .backend = o.backend == NULL ? PDIO_BACKEND_DEFAULT
+                   : strcmp (o.backend, "psync") == 0 ? PDIO_BACKEND_PSYNC
+                   : PDIO_BACKEND_URING,
+        .threads = o.threads, .pidfile = o.pidfile,
+        .exit_with_parent = o.exit_with_parent,
+      });
   if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
             "nbdkit)", nbdkit);
@@ -191,6 +260,7 @@ cmd_serve (int argc, char **argv)
   server_argv (&(struct server_opts) {
       .nbdkit = nbdkit, .plugin = plugin_name (o.plugin), .image = image,
       .socket = o.socket, .port = o.port, .readonly = o.readonly,
+      .align = o.align, .backend = o.backend,
     }, &cmd);
   pid = run_child ((char **) cmd.argv);
   if (pid == -1)

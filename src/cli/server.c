@@ -1,5 +1,5 @@
-/* nbdkit serving an image with pdio.so: its command line (built here and
- * nowhere else), asking the running server what it advertises, stopping
+/* The server of an attachment -- nbdkit with pdio.so, or pdio's own
+ * (pdio serve) -- : its command line (built here and nowhere else), asking the running server what it advertises, stopping
  * it, and two looks at the image that do not open it with the engine: is
  * it locked, and how much of it sits in the page cache.
  */
@@ -23,12 +23,36 @@
 #define STR_(x) #x
 #define STR(x) STR_ (x)
 
+/* pdio's own server as a daemon (attach): pdio serve --pidfile. */
+static void
+native_argv (const struct server_opts *o, struct server_cmd *c)
+{
+  const char **argv = c->argv;
+  int i = 0;
+
+  argv[i++] = o->pdio;
+  argv[i++] = "serve";
+  argv[i++] = "--pidfile";
+  argv[i++] = o->pidfile;
+  argv[i++] = "--socket";
+  argv[i++] = o->socket;
+  if (o->readonly)
+    argv[i++] = "--read-only";
+  argv[i++] = "--";
+  argv[i++] = o->image;
+  argv[i] = NULL;
+}
+
 void
 server_argv (const struct server_opts *o, struct server_cmd *c)
 {
   const char **argv = c->argv;
   int i = 0;
 
+  if (o->native) {
+    native_argv (o, c);
+    return;
+  }
   argv[i++] = o->nbdkit;
   if (o->pidfile) {
     /* A daemon: nbdkit opens the image (and so fails on a locked one)
@@ -63,6 +87,14 @@ server_argv (const struct server_opts *o, struct server_cmd *c)
    */
   if (o->readonly)
     argv[i++] = "readonly=true";
+  if (o->align) {
+    snprintf (c->align_arg, sizeof c->align_arg, "align=%s", o->align);
+    argv[i++] = c->align_arg;
+  }
+  if (o->backend) {
+    snprintf (c->backend_arg, sizeof c->backend_arg, "backend=%s", o->backend);
+    argv[i++] = c->backend_arg;
+  }
   argv[i] = NULL;
 }
 

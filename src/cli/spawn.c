@@ -161,7 +161,7 @@ pid_is_nbdkit (pid_t pid)
     comm[0] = '\0';
   fclose (fp);
   comm[strcspn (comm, "\n")] = '\0';
-  return strcmp (comm, "nbdkit") == 0;
+  return strcmp (comm, "nbdkit") == 0 || strcmp (comm, "pdio") == 0;
 }
 
 int

@@ -10,6 +10,10 @@
 #   PDIO_TEST_PLUGIN  serve with this plugin instead (e.g. "file", to try a
 #                     harness against nbdkit's own file plugin); tests of
 #                     pdio-only behaviour will then fail, as they should
+#   PDIO_TEST_FRONTEND  nbdkit (default): servers are nbdkit with the
+#                     plugin; native: pdio's own server (pdio serve), given
+#                     the same plugin parameters (file=, readonly=,
+#                     backend=, align=), so a test runs against either
 #   PDIO_TEST_TMPDIR  parent of the per-test temporary directory (default
 #                     /var/tmp; refused if it is on tmpfs: the tests need a
 #                     real file system with O_DIRECT, holes and a page cache)
@@ -31,6 +35,8 @@
 #                                background, output to LOG); waits until it
 #                                serves; sets $server_pid $server_log $sock
 #                                $uri.  Stopped at exit if still running.
+#                                With the native front end: pdio serve
+#                                --socket $sock with ARGS translated.
 #   stop_server                  SIGTERM, wait; fails unless it exits 0
 #   stop_server_status           the same, but only sets $server_status
 #   expect_start_failure LOG ARGS...  nbdkit ARGS must refuse to start
@@ -81,6 +87,10 @@ set -eu
 : "${TESTS_SRCDIR:?run from make check, or export TESTS_SRCDIR}"
 
 PLUGIN=${PDIO_TEST_PLUGIN:-${PDIO_PLUGIN:?run from make check, or export PDIO_PLUGIN}}
+FRONTEND=${PDIO_TEST_FRONTEND:-nbdkit}
+case $FRONTEND in nbdkit|native) ;; *) echo "PDIO_TEST_FRONTEND=$FRONTEND: nbdkit or native" >&2; exit 99 ;; esac
+# PDIO_TEST_PDIO: another build of pdio(1) (server/asan.sh's ASan build).
+PDIO=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio}
 tools=$TESTS_BUILDDIR/integration
 # One debug line per request would bury the stats lines: keep the rest.
 nbdkit_flags="-f -v -D nbdkit.backend.datapath=0"
@@ -155,6 +165,50 @@ file_size ()
     stat -c %s "$1"
 }
 
+# The plugin's parameters (ARGS after the plugin) as pdio serve options,
+# in $_native_args (an array).
+_native_argv ()
+{
+    _native_args=()
+    _image=
+    shift                       # the plugin
+    for _a in "$@"; do
+        case $_a in
+        file=*) _image=${_a#file=} ;;
+        readonly=true|readonly=1) _native_args+=(--read-only) ;;
+        readonly=false|readonly=0) ;;
+        backend=*) _native_args+=(--backend "${_a#backend=}") ;;
+        align=*) _native_args+=(--align "${_a#align=}") ;;
+        *) hard_error "the native front end has no equivalent of '$_a'" ;;
+        esac
+    done
+    [ -n "$_image" ] || hard_error "no file= in: $*"
+    _native_args+=("$_image")
+}
+
+# The native server announces itself ("uri: ...") once it listens.
+_start_native ()
+{
+    _native_argv "$@"
+    echo "starting: $PDIO serve --exit-with-parent --socket $sock ${_native_args[*]}"
+    PDIO_SERVER_DEBUG=1 "$PDIO" serve --exit-with-parent --socket "$sock" \
+        "${_native_args[@]}" > "$server_log" 2>&1 &
+    server_pid=$!
+    echo $server_pid > "$server_pidfile"
+    at_exit "kill $server_pid 2>/dev/null"
+    uri="nbd+unix:///?socket=$sock"
+    _i=0
+    until grep -q '^uri: ' "$server_log"; do
+        if ! kill -0 "$server_pid" 2>/dev/null; then
+            cat "$server_log" >&2
+            fail "pdio serve exited before serving: $*"
+        fi
+        _i=$((_i + 1))
+        [ $_i -le 200 ] || { cat "$server_log" >&2; fail "pdio serve did not start in 20 s"; }
+        sleep 0.1
+    done
+}
+
 # start_server LOG ARGS...: ARGS are what follows the socket on nbdkit's
 # command line (plugin and parameters).
 start_server ()
@@ -164,6 +218,10 @@ start_server ()
     _server_no=$((_server_no + 1))
     server_pidfile=$tmp/nbdkit.pid.$_server_no
     rm -f "$sock" "$server_pidfile"
+    if [ "$FRONTEND" = native ]; then
+        _start_native "$@"
+        return
+    fi
     echo "starting: $NBDKIT $nbdkit_flags --exit-with-parent -U $sock -P $server_pidfile $*"
     # shellcheck disable=SC2086
     "$NBDKIT" $nbdkit_flags --exit-with-parent -U "$sock" -P "$server_pidfile" "$@" \
@@ -218,6 +276,14 @@ expect_start_failure ()
 {
     _log=$1; shift
     _status=0
+    if [ "$FRONTEND" = native ]; then
+        _native_argv "$@"
+        timeout 30 "$PDIO" serve --socket "$tmp/refused.sock" \
+            "${_native_args[@]}" > "$_log" 2>&1 || _status=$?
+        [ $_status -ne 0 ] || fail "pdio serve started although it should have refused: $*"
+        [ $_status -ne 124 ] || fail "pdio serve hung instead of refusing: $*"
+        return
+    fi
     # shellcheck disable=SC2086
     timeout 30 "$NBDKIT" $nbdkit_flags -U - "$@" --run true > "$_log" 2>&1 ||
         _status=$?

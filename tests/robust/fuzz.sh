@@ -9,14 +9,19 @@
 # On a failure the crashing input is kept in tests/robust/fuzz-artifacts/
 # (build tree) and its bytes are printed; replay it with
 #     tests/robust/fuzz_plan tests/robust/fuzz-artifacts/crash-...
+#
+# Other targets reuse this script (fuzz-server.sh): FUZZ_TARGET names the
+# program, FUZZ_CORPUS its seed directory, FUZZ_MAX_LEN the longest input
+# and FUZZ_SECONDS its default time.
 set -eu
 . "$TESTS_SRCDIR/lib/common.sh"
 make_tmpdir
 pick_seed
 
-fuzz=$TESTS_BUILDDIR/robust/fuzz_plan
-corpus=$TESTS_SRCDIR/robust/corpus
-secs=${PDIO_FUZZ_SECONDS:-60}
+target=${FUZZ_TARGET:-fuzz_plan}
+fuzz=$TESTS_BUILDDIR/robust/$target
+corpus=$TESTS_SRCDIR/robust/${FUZZ_CORPUS:-corpus}
+secs=${PDIO_FUZZ_SECONDS:-${FUZZ_SECONDS:-60}}
 [ -x "$fuzz" ] || hard_error "$fuzz is not built (make check builds it with clang)"
 n=$(find "$corpus" -type f | wc -l)
 [ "$n" -gt 0 ] || hard_error "the seed corpus $corpus is empty"
@@ -47,15 +52,15 @@ grep -E 'INITED|DONE' "$tmp/seeds.log" || :
 echo "== fuzzing for $secs s (libFuzzer -seed=$seed)"
 mkdir "$tmp/corpus"
 st=0
-"$fuzz" -max_total_time="$secs" -seed="$seed" -max_len=64 \
+"$fuzz" -max_total_time="$secs" -seed="$seed" -max_len="${FUZZ_MAX_LEN:-64}" \
     -print_final_stats=1 -artifact_prefix="$tmp/" -close_fd_mask=1 \
     "$tmp/corpus" "$corpus" > "$tmp/fuzz.log" 2>&1 || st=$?
 grep -E 'INITED|DONE|^stat::' "$tmp/fuzz.log" || :
 if [ $st != 0 ]; then
     tail -n 60 "$tmp/fuzz.log"
     show_crash
-    fail "fuzz_plan found an input that breaks an invariant (libFuzzer seed $seed)"
+    fail "$target found an input that breaks an invariant (libFuzzer seed $seed)"
 fi
 execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$tmp/fuzz.log")
 [ -n "$execs" ] && [ "$execs" -gt 0 ] || fail "libFuzzer ran no input"
-echo "fuzz_plan: $execs executions in $secs s, $(find "$tmp/corpus" -type f | wc -l) new corpus entries, no invariant broken"
+echo "$target: $execs executions in $secs s, $(find "$tmp/corpus" -type f | wc -l) new corpus entries, no invariant broken"

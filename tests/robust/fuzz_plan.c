@@ -342,7 +342,7 @@ static unsigned char guard_bytes[GUARD];
 static struct {
   bool ready;
   struct pdio_image img;
-  struct io_ctx ctx;
+  struct pdio_thread *t;
   struct mem_disk disk;
   unsigned char *ref, *area;
 } sim;
@@ -356,9 +356,7 @@ sim_setup (void)
   sim.ref = malloc (DISK);
   sim.area = mmap (NULL, DISK + 3 * GUARD, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  sim.ctx.pages_cap = (DISK + GUARD + BOUNCE_CAP) / DIO_PAGE_SIZE + 8;
-  sim.ctx.pages = calloc (sim.ctx.pages_cap, sizeof (void *));
-  if (!sim.disk.data || !sim.ref || sim.area == MAP_FAILED || !sim.ctx.pages)
+  if (!sim.disk.data || !sim.ref || sim.area == MAP_FAILED)
     abort ();
   for (size_t i = 0; i < DISK; i++) {
     s ^= s << 13; s ^= s >> 7; s ^= s << 17;
@@ -367,9 +365,18 @@ sim_setup (void)
   memcpy (sim.ref, sim.disk.data, DISK);
   memset (guard_bytes, 0x3c, GUARD);
   sim.img.file = (char *) "fuzz";
-  sim.ctx.backend = &mem_backend;
-  sim.ctx.backend_state = &sim.disk;
-  sim.ctx.counters = &sim.img.stats.io;
+  sim.img.fd = sim.img.tail_fd = -1;
+  /* The pool's bounce region is made for the largest cap an input picks. */
+  sim.img.bounce_cap = BOUNCE_CAP;
+  range_lock_init (&sim.img.lock);
+  {
+    const struct pdio_thread_config cfg = {
+      .pool_bytes = PDIO_POOL_BOUNCE_ONLY, .ring_entries = 4,
+    };
+    if (pdio_thread_new (&sim.img, &cfg, &sim.t) != 0)
+      abort ();
+    thread_set_backend (sim.t, &mem_backend, &sim.disk);
+  }
   sim.ready = true;
 }
 
@@ -400,9 +407,7 @@ execute (const uint8_t *data, size_t size, unsigned short_every,
 
   memset (sim.area, 0x3c, GUARD + residue + cur.count + GUARD);
   /* Stale bounce memory is a canary: it must never reach the client. */
-  if (sim.ctx.bounce.mem)
-    memset (sim.ctx.bounce.mem, 0xa5, sim.ctx.bounce.size < curlim.bounce_cap
-            ? sim.ctx.bounce.size : curlim.bounce_cap);
+  memset (sim.t->pool.mem, 0xa5, sim.t->pool.size);
   if (cur.write) {
     for (size_t i = 0; i < cur.count; i++) {
       seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
@@ -411,8 +416,8 @@ execute (const uint8_t *data, size_t size, unsigned short_every,
     memcpy (sim.ref + cur.offset, buf, cur.count);
   }
 
-  r = engine_rw_direct (&sim.img, &sim.ctx, cur.write, (char *) buf,
-                        cur.count, cur.offset, 0);
+  r = engine_rw_direct (sim.t, cur.write, (char *) buf, cur.count,
+                        cur.offset);
   ENSURE (r == 0, "engine_rw_direct failed: %s (short every %u, EAGAIN"
           " every %u, eof %zu)", strerror (-r), short_every, eagain_every,
           eof);

@@ -64,11 +64,27 @@ struct arg {
   unsigned id, wave;
 };
 
+/* Each thread's own engine context (bounce region only: one request at a
+ * time, like the nbdkit plugin).
+ */
+static struct pdio_thread *
+new_thread (struct pdio_image *img)
+{
+  const struct pdio_thread_config cfg = {
+    .pool_bytes = PDIO_POOL_BOUNCE_ONLY, .ring_entries = 8,
+  };
+  struct pdio_thread *t;
+
+  CHECK (pdio_thread_new (img, &cfg, &t) == 0, "pdio_thread_new");
+  return t;
+}
+
 /* Byte p of the shared area belongs to writer (p / STRIPE) % WRITERS. */
 static void *
 writer (void *p)
 {
   struct arg *a = p;
+  struct pdio_thread *t = new_thread (a->img);
   uint64_t s = 0x9e3779b97f4a7c15ULL * (a->id + 1) + a->wave;
   unsigned char buf[STRIPE + 32], back[STRIPE + 32];
   unsigned char big[8192 + 64];
@@ -85,9 +101,9 @@ writer (void *p)
 
     for (size_t k = 0; k < len; k++)
       b[k] = unit_rand (&s);
-    CHECK (pdio_write (a->img, b, len, off, flags) == 0, "write");
+    CHECK (pdio_write (t, b, len, off, flags) == 0, "write");
     memcpy (shadow + off, b, len);         /* my bytes only */
-    CHECK (pdio_read (a->img, back, len, off) == 0, "read");
+    CHECK (pdio_read (t, back, len, off) == 0, "read");
     CHECK (memcmp (back, b, len) == 0, "writer %u lost its write of %zu"
            " bytes at %" PRIu64 " (a racing read-modify-write?)", a->id,
            len, off);
@@ -100,20 +116,20 @@ writer (void *p)
       unsigned char *bb = big + unit_rand (&s) % 64;
       for (size_t k = 0; k < l2; k++)
         bb[k] = unit_rand (&s);
-      CHECK (pdio_write (a->img, bb, l2, o2, flags) == 0, "own write");
+      CHECK (pdio_write (t, bb, l2, o2, flags) == 0, "own write");
       memcpy (shadow + o2, bb, l2);
       break;
     }
     case 2:
-      CHECK (pdio_zero (a->img, l2, o2,
+      CHECK (pdio_zero (t, l2, o2,
                         (unit_rand (&s) % 2 ? PDIO_MAY_TRIM : 0) | flags) == 0,
              "zero");
       memset (shadow + o2, 0, l2);
       break;
     case 3: {
       /* Trimmed bytes read back as old or zero: settle them by reading. */
-      CHECK (pdio_trim (a->img, l2, o2, flags) == 0, "trim");
-      CHECK (pdio_read (a->img, big, l2, o2) == 0, "read after trim");
+      CHECK (pdio_trim (t, l2, o2, flags) == 0, "trim");
+      CHECK (pdio_read (t, big, l2, o2) == 0, "read after trim");
       for (size_t k = 0; k < l2; k++)
         CHECK (big[k] == 0 || big[k] == shadow[o2 + k], "trim made up"
                " byte %" PRIu64, o2 + k);
@@ -130,10 +146,11 @@ writer (void *p)
         l3 = 4096;
       for (size_t k = 0; k < l3; k++)
         big[k] = unit_rand (&s);
-      CHECK (pdio_write (a->img, big, l3, o3, flags) == 0, "tail write");
+      CHECK (pdio_write (t, big, l3, o3, flags) == 0, "tail write");
       memcpy (shadow + o3, big, l3);
     }
   }
+  pdio_thread_free (t);
   return NULL;
 }
 
@@ -149,6 +166,7 @@ static void *
 monitor (void *p)
 {
   struct pdio_image *img = p;
+  struct pdio_thread *t = new_thread (img);
   unsigned long n = 0, extents = 0;
   unsigned char buf[4096];
 
@@ -160,16 +178,17 @@ monitor (void *p)
     pdio_get_stats (img, &st);
     pdio_format_stats (&st, line, sizeof line);
     pdio_get_info (img, &info);
-    CHECK (pdio_flush (img) == 0, "flush");
+    CHECK (pdio_flush (t) == 0, "flush");
     CHECK (pdio_extents (img, IMAGE_SIZE, 0, false, count_extent,
                          &extents) == 0, "extents");
     /* Reads racing the writers: any value is allowed, no lock taken. */
-    CHECK (pdio_read (img, buf, sizeof buf, (n * 4093) % (IMAGE_SIZE - 4096))
+    CHECK (pdio_read (t, buf, sizeof buf, (n * 4093) % (IMAGE_SIZE - 4096))
            == 0, "racing read");
     n++;
   }
   printf ("monitor: %lu rounds of stats, flush, extents and racing reads\n",
           n);
+  pdio_thread_free (t);
   return NULL;
 }
 

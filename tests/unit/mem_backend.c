@@ -7,7 +7,7 @@
 #include "mem_backend.h"
 
 static bool
-aligned (const struct mem_disk *d, const struct io_sub *s)
+aligned (const struct mem_disk *d, const struct sysop *s)
 {
   int i;
 
@@ -21,8 +21,9 @@ aligned (const struct mem_disk *d, const struct io_sub *s)
 }
 
 static ssize_t
-transfer (struct mem_disk *d, const struct io_sub *s)
+transfer (struct mem_disk *d, const struct sysop *s)
 {
+  const bool write = s->kind == SYSOP_WRITEV;
   size_t want = 0, done = 0;
   int i;
 
@@ -33,6 +34,8 @@ transfer (struct mem_disk *d, const struct io_sub *s)
   }
   if (d->eagain_every && d->transfers % d->eagain_every == 0)
     return -EAGAIN;
+  if (d->eio_every && d->transfers % d->eio_every == 0)
+    return -EIO;
   for (i = 0; i < s->iovcnt; i++)
     want += s->iov[i].iov_len;
   /* Short by whole blocks, as the kernel's direct I/O would be, or (every
@@ -48,7 +51,7 @@ transfer (struct mem_disk *d, const struct io_sub *s)
 
     if (n > want - done)
       n = want - done;
-    if (s->write) {
+    if (write) {
       if (off + n > d->size)
         return done ? (ssize_t) done : -ENOSPC;
       memcpy (d->data + off, s->iov[i].iov_base, n);
@@ -65,17 +68,21 @@ transfer (struct mem_disk *d, const struct io_sub *s)
   return done;
 }
 
-static int
-mem_submit (struct io_ctx *ctx, struct io_sub *subs, unsigned n)
+static ssize_t
+mem_run (void *state, const struct sysop *op)
 {
-  unsigned i;
-
-  for (i = 0; i < n; i++)
-    subs[i].res = transfer (ctx->backend_state, &subs[i]);
-  return 0;
+  switch (op->kind) {
+  case SYSOP_READV:
+  case SYSOP_WRITEV:
+    return transfer (state, op);
+  case SYSOP_FDATASYNC:
+    return 0;
+  default:                      /* the planner's tests use no others */
+    return -EOPNOTSUPP;
+  }
 }
 
 const struct io_backend mem_backend = {
   .name = "mem",
-  .submit = mem_submit,
+  .run = mem_run,
 };

@@ -18,6 +18,7 @@ struct mem_disk {
   unsigned short_every;         /* every Nth transfer comes back short,
                                    by whole blocks or not */
   unsigned eagain_every;        /* every Nth transfer fails with EAGAIN */
+  unsigned eio_every;           /* every Nth transfer fails with EIO */
   unsigned long transfers;
   unsigned long violations;     /* alignment rules broken (must stay 0) */
 };

@@ -163,6 +163,18 @@ open_image (const char *file, enum pdio_backend backend, uint32_t align,
   return img;
 }
 
+/* This thread's engine context for img (each test thread makes its own). */
+static struct pdio_thread *
+new_thread (struct pdio_image *img)
+{
+  struct pdio_thread *t;
+  const struct pdio_thread_config cfg = { .pool_bytes = 8 << 20 };
+  int r = pdio_thread_new (img, &cfg, &t);
+
+  CHECK (r == 0, "pdio_thread_new: %s", strerror (-r));
+  return t;
+}
+
 static void
 expect_open_error (const char *file, uint32_t align, int err,
                    const char *msg)
@@ -211,6 +223,7 @@ test_open_errors (void)
 
 struct shadow_run {
   struct pdio_image *img;
+  struct pdio_thread *t;
   unsigned char *shadow;
   uint64_t size;
   unsigned char *area;          /* for buffers at any page offset */
@@ -256,7 +269,7 @@ static void
 check_read (struct shadow_run *s, uint64_t off, size_t len)
 {
   unsigned char *buf = some_buffer (s, off, len);
-  int r = pdio_read (s->img, buf, len, off);
+  int r = pdio_read (s->t, buf, len, off);
   size_t i;
 
   CHECK (r == 0, "read %zu at %" PRIu64 ": %s", len, off, strerror (-r));
@@ -282,13 +295,13 @@ random_op (struct shadow_run *s)
     for (i = 0; i < len; i++)
       buf[i] = unit_rand (&seed);
     flags = unit_rand (&seed) % 4 == 0 ? PDIO_FUA : 0;
-    r = pdio_write (s->img, buf, len, off, flags);
+    r = pdio_write (s->t, buf, len, off, flags);
     CHECK (r == 0, "write %zu at %" PRIu64 ": %s", len, off, strerror (-r));
     memcpy (s->shadow + off, buf, len);
     break;
   case 4:
     flags = unit_rand (&seed) % 8;
-    r = pdio_zero (s->img, len, off, flags);
+    r = pdio_zero (s->t, len, off, flags);
     if (r == -ENOTSUP && (flags & PDIO_FAST_ZERO))
       break;                    /* honest "that would be slow": unchanged */
     CHECK (r == 0, "zero %zu at %" PRIu64 " flags %u: %s", len, off, flags,
@@ -296,11 +309,11 @@ random_op (struct shadow_run *s)
     memset (s->shadow + off, 0, len);
     break;
   case 5:
-    r = pdio_trim (s->img, len, off, 0);
+    r = pdio_trim (s->t, len, off, 0);
     CHECK (r == 0, "trim %zu at %" PRIu64 ": %s", len, off, strerror (-r));
     /* Trimmed bytes read back as before or as zero; learn which. */
     buf = some_buffer (s, off, len);
-    r = pdio_read (s->img, buf, len, off);
+    r = pdio_read (s->t, buf, len, off);
     CHECK (r == 0, "read after trim: %s", strerror (-r));
     for (i = 0; i < len; i++)
       CHECK (buf[i] == s->shadow[off + i] || buf[i] == 0, "trim changed "
@@ -308,7 +321,7 @@ random_op (struct shadow_run *s)
     memcpy (s->shadow + off, buf, len);
     break;
   case 6:
-    CHECK (pdio_flush (s->img) == 0, "flush");
+    CHECK (pdio_flush (s->t) == 0, "flush");
     break;
   default:
     check_read (s, off, len);
@@ -340,6 +353,7 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
   CHECK (resident_pages (path) == 0, "image cached before the test");
 
   s.img = open_image (path, backend, align, false);
+  s.t = new_thread (s.img);
   pdio_get_info (s.img, &info);
   CHECK ((blockdev || info.size == size) && !info.readonly &&
          info.blockdev == (blockdev != NULL), "info");
@@ -368,6 +382,7 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
   /* The point of pdio: nothing of the image in the page cache. */
   i = resident_pages (path);
   CHECK (i == 0, "%u pages of the image are in the page cache", i);
+  pdio_thread_free (s.t);
   pdio_close (s.img);
 
   read_file (path, disk, size);
@@ -397,6 +412,7 @@ static void *
 concurrent_writer (void *p)
 {
   struct cw_arg *a = p;
+  struct pdio_thread *t = new_thread (a->img);
   unsigned char buf[CW_RUN + 16];
   uint64_t off;
   int pass;
@@ -406,8 +422,9 @@ concurrent_writer (void *p)
          off += CW_THREADS * CW_RUN) {
       unsigned char *b = buf + (off % 13);
       memset (b, 'A' + a->id + pass, CW_RUN);
-      CHECK (pdio_write (a->img, b, CW_RUN, off, 0) == 0, "concurrent write");
+      CHECK (pdio_write (t, b, CW_RUN, off, 0) == 0, "concurrent write");
     }
+  pdio_thread_free (t);
   return NULL;
 }
 
@@ -455,23 +472,26 @@ test_readonly (void)
 {
   char path[4200];
   struct pdio_image *img;
+  struct pdio_thread *t;
   struct pdio_info info;
   char buf[512] = "x";
 
   snprintf (path, sizeof path, "%s/ro.img", dir);
   make_file (path, 1 << 20, true);
   img = open_image (path, PDIO_BACKEND_DEFAULT, 0, true);
+  t = new_thread (img);
   pdio_get_info (img, &info);
   CHECK (info.readonly, "readonly not reported");
-  CHECK (pdio_write (img, buf, 512, 0, 0) == -EPERM, "write allowed");
-  CHECK (pdio_zero (img, 4096, 0, 0) == -EPERM, "zero allowed");
-  CHECK (pdio_trim (img, 4096, 0, 0) == -EPERM, "trim allowed");
-  CHECK (pdio_read (img, buf, 512, 0) == 0, "read refused");
+  CHECK (pdio_write (t, buf, 512, 0, 0) == -EPERM, "write allowed");
+  CHECK (pdio_zero (t, 4096, 0, 0) == -EPERM, "zero allowed");
+  CHECK (pdio_trim (t, 4096, 0, 0) == -EPERM, "trim allowed");
+  CHECK (pdio_read (t, buf, 512, 0) == 0, "read refused");
   /* Read-only images take a shared lock: a second reader is fine. */
   {
     struct pdio_image *b = open_image (path, PDIO_BACKEND_DEFAULT, 0, true);
     pdio_close (b);
   }
+  pdio_thread_free (t);
   pdio_close (img);
   unlink (path);
 }
@@ -485,32 +505,35 @@ test_changed_under_us (void)
 {
   char path[4200];
   struct pdio_image *img;
+  struct pdio_thread *t;
   unsigned char *buf = aligned_alloc (4096, 65536);
   int r;
 
   snprintf (path, sizeof path, "%s/shrinks.img", dir);
   make_file (path, 4 << 20, true);
   img = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+  t = new_thread (img);
   CHECK (truncate (path, 1 << 20) == 0, "truncate: %m");
   last_msg[0] = '\0';
-  r = pdio_read (img, buf + 1, 5000, (2 << 20) + 7);
+  r = pdio_read (t, buf + 1, 5000, (2 << 20) + 7);
   CHECK (r == -EIO, "read past the new end: %d", r);
   CHECK (strstr (last_msg, "shrank"), "no message: \"%s\"", last_msg);
-  r = pdio_write (img, buf + 1, 5000, (2 << 20) + 7, 0);
+  r = pdio_write (t, buf + 1, 5000, (2 << 20) + 7, 0);
   CHECK (r == -ENOSPC, "write past the new end: %d", r);
-  r = pdio_zero (img, 5000, (2 << 20) + 7, 0);
+  r = pdio_zero (t, 5000, (2 << 20) + 7, 0);
   CHECK (r == -ENOSPC, "zero past the new end: %d", r);
-  r = pdio_write (img, buf + 1, 5000, 4096 + 7, 0);
+  r = pdio_write (t, buf + 1, 5000, 4096 + 7, 0);
   CHECK (r == 0, "write inside the new end: %d", r);
-  CHECK (pdio_read (img, buf, 4096, 0) == 0, "read inside the new end");
+  CHECK (pdio_read (t, buf, 4096, 0) == 0, "read inside the new end");
   {
     struct stat st;
     CHECK (stat (path, &st) == 0 && st.st_size == 1 << 20,
            "the file grew back to %jd", (intmax_t) st.st_size);
   }
   CHECK (unlink (path) == 0, "unlink: %m");
-  CHECK (pdio_write (img, buf, 4096, 0, 0) == -EIO, "write to a deleted file");
-  CHECK (pdio_flush (img) == -EIO, "flush of a deleted file");
+  CHECK (pdio_write (t, buf, 4096, 0, 0) == -EIO, "write to a deleted file");
+  CHECK (pdio_flush (t) == -EIO, "flush of a deleted file");
+  pdio_thread_free (t);
   pdio_close (img);
   free (buf);
 }
@@ -544,15 +567,17 @@ test_extents (void)
   const uint64_t size = (2 << 20) + 1000;       /* odd tail */
   struct extent_list l = { .n = 0 };
   struct pdio_image *img;
+  struct pdio_thread *t;
   unsigned char *buf = aligned_alloc (4096, 65536);
 
   snprintf (path, sizeof path, "%s/extents.img", dir);
   make_file (path, size, false);
   img = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+  t = new_thread (img);
   memset (buf, 7, 65536);
-  CHECK (pdio_write (img, buf, 65536, 0, 0) == 0, "write");
-  CHECK (pdio_write (img, buf, 4096, 1 << 20, 0) == 0, "write");
-  CHECK (pdio_write (img, buf, 1000, 2 << 20, 0) == 0, "write tail");
+  CHECK (pdio_write (t, buf, 65536, 0, 0) == 0, "write");
+  CHECK (pdio_write (t, buf, 4096, 1 << 20, 0) == 0, "write");
+  CHECK (pdio_write (t, buf, 1000, 2 << 20, 0) == 0, "write tail");
   CHECK (pdio_extents (img, size, 0, false, collect, &l) == 0, "extents");
   CHECK (l.n == 5, "%u extents", l.n);
   CHECK (!l.hole[0] && l.off[0] == 0 && l.len[0] == 65536, "extent 0");
@@ -564,11 +589,12 @@ test_extents (void)
          l.off[4], l.len[4]);
 
   /* Zero with may-trim over the first data run punches a hole. */
-  CHECK (pdio_zero (img, 65536, 0, PDIO_MAY_TRIM) == 0, "zero");
+  CHECK (pdio_zero (t, 65536, 0, PDIO_MAY_TRIM) == 0, "zero");
   l.n = 0;
   CHECK (pdio_extents (img, 1 << 20, 0, true, collect, &l) == 0, "extents");
   CHECK (l.n == 1 && l.hole[0], "zeroed range not a hole");
 
+  pdio_thread_free (t);
   pdio_close (img);
   unlink (path);
   free (buf);

@@ -143,7 +143,7 @@ check_plan (const struct plan_request *req, const struct plan_limits *lim)
 
 struct sim {
   struct pdio_image img;
-  struct io_ctx ctx;
+  struct pdio_thread *t;
   struct mem_disk disk;
   unsigned char *ref;
   unsigned char *pool;          /* random bytes that writes copy from */
@@ -167,14 +167,19 @@ sim_init (struct sim *sim, const struct geom *g)
   sim->disk.size = DISK_SIZE;
   sim->disk.align = g->align;
   sim->disk.mem_align = g->mem_align;
-  sim->ctx.backend = &mem_backend;
-  sim->ctx.backend_state = &sim->disk;
-  sim->ctx.counters = &sim->img.stats.io;
-  sim->ctx.pages_cap = (DISK_SIZE + BOUNCE_CAP) / DIO_PAGE_SIZE + 8;
-  sim->ctx.pages = calloc (sim->ctx.pages_cap, sizeof (void *));
+  sim->img.fd = sim->img.tail_fd = -1;
+  range_lock_init (&sim->img.lock);
+  /* A thread with only the bounce region, its I/O on the memory disk. */
+  {
+    const struct pdio_thread_config cfg = {
+      .pool_bytes = PDIO_POOL_BOUNCE_ONLY, .ring_entries = 4,
+    };
+    CHECK (pdio_thread_new (&sim->img, &cfg, &sim->t) == 0, "thread");
+    thread_set_backend (sim->t, &mem_backend, &sim->disk);
+  }
   sim->user_area = mmap (NULL, DISK_SIZE + 4 * GUARD, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CHECK (sim->disk.data && sim->ref && sim->pool && sim->ctx.pages &&
+  CHECK (sim->disk.data && sim->ref && sim->pool &&
          sim->user_area != MAP_FAILED, "out of memory");
   sim->seed = 0x9e3779b97f4a7c15ULL ^ g->align ^ g->mem_align;
   for (i = 0; i < DISK_SIZE; i++)
@@ -187,9 +192,9 @@ sim_init (struct sim *sim, const struct geom *g)
 static void
 sim_free (struct sim *sim)
 {
-  bounce_free (&sim->ctx.bounce);
+  pdio_thread_free (sim->t);
+  range_lock_destroy (&sim->img.lock);
   munmap (sim->user_area, DISK_SIZE + 4 * GUARD);
-  free (sim->ctx.pages);
   free (sim->disk.data);
   free (sim->ref);
   free (sim->pool);
@@ -206,8 +211,7 @@ sim_run (struct sim *sim, bool write, uint64_t offset, size_t count,
 
   /* Guards around the buffer, and a canary in stale bounce memory. */
   memset (sim->user_area, 0x3c, GUARD + page_off + count + GUARD);
-  if (sim->ctx.bounce.mem)
-    memset (sim->ctx.bounce.mem, CANARY, sim->ctx.bounce.size);
+  memset (sim->t->pool.mem, CANARY, sim->t->pool.size);
   sim->disk.size = eof;
   sim->img.geo.size = eof;      /* an image that ends there, not one that
                                    shrank (which must be an error) */
@@ -216,8 +220,7 @@ sim_run (struct sim *sim, bool write, uint64_t offset, size_t count,
     memcpy (buf, sim->pool + unit_rand (&sim->seed) % DISK_SIZE, count);
     memcpy (sim->ref + offset, buf, count);
   }
-  r = engine_rw_direct (&sim->img, &sim->ctx, write, (char *) buf, count,
-                        offset, 0);
+  r = engine_rw_direct (sim->t, write, (char *) buf, count, offset);
   CHECK (r == 0, "%s %zu at %" PRIu64 " (buf +%zu): %s",
          write ? "write" : "read", count, offset, page_off, strerror (-r));
   CHECK (sim->disk.violations == 0, "O_DIRECT rule broken: %s %zu at %"

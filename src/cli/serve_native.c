@@ -1,0 +1,218 @@
+/* pdio serve with pdio's own NBD server (src/server/), the default: the
+ * image is opened here, in this process, and served until SIGINT, SIGTERM
+ * or SIGHUP, after which the requests in flight are finished and answered
+ * and pdio exits 0.
+ *
+ * With --pidfile (what pdio attach uses) it becomes a daemon the way
+ * nbdkit -P does: the first process opens the image and listens, so that
+ * its exit status says whether serving works; the daemon it forks writes
+ * the pid file once its workers run, and only then does the first
+ * process exit 0.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "pdio.h"
+#include "server.h"
+
+#define CMD "pdio serve"
+
+static void
+log_error (const char *fmt, va_list args)
+{
+  /* ": error: " as nbdkit prints it: the tests and users grep for it. */
+  fprintf (stderr, CMD ": error: ");
+  vfprintf (stderr, fmt, args);
+  fprintf (stderr, "\n");
+}
+
+static void
+log_warning (const char *fmt, va_list args)
+{
+  fprintf (stderr, CMD ": warning: ");
+  vfprintf (stderr, fmt, args);
+  fprintf (stderr, "\n");
+}
+
+static void
+log_debug (const char *fmt, va_list args)
+{
+  fprintf (stderr, CMD ": debug: ");
+  vfprintf (stderr, fmt, args);
+  fprintf (stderr, "\n");
+}
+
+struct announce {
+  const struct native_serve *o;
+  struct pdio_info info;
+  int ready_fd;                 /* daemon: tell the first process */
+};
+
+/* The kernel's logical block size is the engine's alignment
+ * (block_preferred), within what the nbd driver takes.
+ */
+static uint32_t
+kernel_block_size (const struct pdio_info *info)
+{
+  uint32_t bs = info->block_preferred;
+
+  if (bs < MIN_BLOCK_SIZE)
+    bs = MIN_BLOCK_SIZE;
+  if (bs > MAX_BLOCK_SIZE)
+    bs = MAX_BLOCK_SIZE;
+  return bs;
+}
+
+static void
+ready (void *opaque)
+{
+  struct announce *a = opaque;
+  const struct native_serve *o = a->o;
+  uint32_t bs = kernel_block_size (&a->info);
+  char host[256];
+
+  if (o->pidfile) {
+    FILE *fp = fopen (o->pidfile, "we");
+
+    if (fp) {
+      fprintf (fp, "%d\n", (int) getpid ());
+      fclose (fp);
+    }
+    if (a->ready_fd >= 0) {
+      if (write (a->ready_fd, "1", 1) != 1)
+        warnf (CMD ": could not tell the starting process it is ready");
+      close (a->ready_fd);
+      a->ready_fd = -1;
+    }
+  }
+  printf ("serving %s: %" PRIu64 " bytes, %s, block sizes %" PRIu32 "/%"
+          PRIu32 "/%" PRIu32 ", %s\n", o->image, a->info.size,
+          a->info.readonly ? "read-only" : "read-write", a->info.block_min,
+          a->info.block_preferred, a->info.block_max,
+          a->info.backend == PDIO_BACKEND_PSYNC ? "psync" : "io_uring");
+  if (o->socket) {
+    printf ("uri: nbd+unix:///?socket=%s\n", o->socket);
+    printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
+            o->socket, bs, DEFAULT_CONNECTIONS,
+            a->info.readonly ? " -readonly" : "");
+  }
+  else {
+    if (gethostname (host, sizeof host) == -1)
+      snprintf (host, sizeof host, "HOST");
+    printf ("uri: nbd://%s:%s/\n", host, o->port);
+    printf ("attach: nbd-client %s %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
+            host, o->port, bs, DEFAULT_CONNECTIONS,
+            a->info.readonly ? " -readonly" : "");
+  }
+  fflush (stdout);
+}
+
+/* Daemon mode: fork; the first process waits for "ready" (or for the
+ * daemon's end) and exits with the verdict.  Returns in the daemon, with
+ * *ready_fd to write to.
+ */
+static bool
+daemonize (int *ready_fd)
+{
+  int p[2];
+  pid_t pid;
+  char c;
+
+  if (pipe2 (p, O_CLOEXEC) == -1) {
+    errorf (CMD ": pipe: %m");
+    exit (EXIT_FAILED);
+  }
+  fflush (NULL);
+  pid = fork ();
+  if (pid == -1) {
+    errorf (CMD ": fork: %m");
+    exit (EXIT_FAILED);
+  }
+  if (pid > 0) {
+    close (p[1]);
+    if (read (p[0], &c, 1) == 1)
+      _exit (EXIT_OK);
+    waitpid (pid, NULL, 0);
+    _exit (EXIT_FAILED);
+  }
+  close (p[0]);
+  *ready_fd = p[1];
+  return true;
+}
+
+int
+serve_native (const struct native_serve *o)
+{
+  const struct pdio_log log = {
+    .error = log_error, .warning = log_warning,
+    .debug = getenv ("PDIO_SERVER_DEBUG") ? log_debug : NULL,
+  };
+  const struct pdio_config cfg = {
+    .file = o->image, .readonly = o->readonly, .backend = o->backend,
+    .align = o->align, .log = log,
+  };
+  struct announce a = { .o = o, .ready_fd = -1 };
+  char description[PATH_MAX + 16], base[PATH_MAX];
+  struct pdio_image *img;
+  sigset_t sigs;
+  int fd, r;
+
+  /* Blocked before any thread starts, so every thread inherits it and
+   * the signals queue for the server's signalfd.
+   */
+  sigemptyset (&sigs);
+  sigaddset (&sigs, SIGINT);
+  sigaddset (&sigs, SIGTERM);
+  sigaddset (&sigs, SIGHUP);
+  sigprocmask (SIG_BLOCK, &sigs, NULL);
+  signal (SIGPIPE, SIG_IGN);
+  /* Like nbdkit --exit-with-parent: the SIGTERM is an orderly stop. */
+  if (o->exit_with_parent)
+    prctl (PR_SET_PDEATHSIG, SIGTERM);
+
+  if (pdio_open (&cfg, &img) < 0)
+    return EXIT_FAILED;         /* the engine said why */
+  pdio_get_info (img, &a.info);
+  fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
+                 : pdio_server_listen_tcp (o->port, &log);
+  if (fd < 0) {
+    pdio_close (img);
+    return EXIT_FAILED;
+  }
+  if (o->pidfile)
+    daemonize (&a.ready_fd);
+
+  snprintf (base, sizeof base, "%s", o->image);
+  snprintf (description, sizeof description, "pdio: %s", basename (base));
+  r = pdio_server_run (&(struct pdio_server_config) {
+      .img = img, .threads = o->threads, .description = description,
+      .log = log,
+    }, fd, &sigs, ready, &a);
+  if (o->socket)
+    unlink (o->socket);
+  if (o->pidfile)
+    unlink (o->pidfile);
+  {
+    struct pdio_stats st;
+    char buf[512];
+
+    pdio_get_stats (img, &st);
+    pdio_format_stats (&st, buf, sizeof buf);
+    fprintf (stderr, CMD ": stats: %s\n", buf);
+  }
+  pdio_close (img);
+  return r == 0 ? EXIT_OK : EXIT_FAILED;
+}

@@ -1,0 +1,488 @@
+/* One worker thread's engine context: its io_uring, its pool and its
+ * queues of deferred work, and pdio_thread_poll, the one place where
+ * completions are dispatched and the engine's work runs.
+ *
+ * Every SQE carries a struct pdio_completion * as user_data, whoever queued
+ * it, so dispatch is uniform (fio's engines/io_uring.c: queue, commit,
+ * getevents, event).  Work that completes without a CQE -- a synchronous
+ * backend's system call, a request resumed by a range unlock or by freed
+ * pool memory, a done() callback -- goes on the deferred FIFO, which poll
+ * runs too, so a request's callbacks always come from poll.
+ *
+ * Another thread can only ever hand this thread work (a range lock grant):
+ * it goes on the remote list under a mutex, and an eventfd that the ring
+ * always has a read pending on wakes the owner.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+
+/* ---- deferred work --------------------------------------------------------- */
+
+void
+thread_defer (struct pdio_thread *t, struct thread_work *w)
+{
+  w->next = NULL;
+  *t->work_tail = w;
+  t->work_tail = &w->next;
+}
+
+void
+thread_defer_any (struct pdio_thread *t, struct thread_work *w)
+{
+  bool was_empty;
+
+  if (pthread_equal (pthread_self (), t->owner)) {
+    thread_defer (t, w);
+    return;
+  }
+  w->next = NULL;
+  pthread_mutex_lock (&t->remote_lock);
+  was_empty = t->remote == NULL;
+  *t->remote_tail = w;
+  t->remote_tail = &w->next;
+  atomic_store (&t->remote_pending, true);
+  pthread_mutex_unlock (&t->remote_lock);
+  if (was_empty) {
+    uint64_t one = 1;
+    /* Cannot fail but for overflow, which still leaves it readable. */
+    if (write (t->efd, &one, sizeof one) < 0) { /* nothing to do */ }
+  }
+}
+
+/* Moves work other threads queued onto the local FIFO. */
+static void
+take_remote (struct pdio_thread *t)
+{
+  if (!atomic_load (&t->remote_pending))
+    return;
+  pthread_mutex_lock (&t->remote_lock);
+  if (t->remote) {
+    *t->work_tail = t->remote;
+    t->work_tail = t->remote_tail;
+    t->remote = NULL;
+    t->remote_tail = &t->remote;
+  }
+  atomic_store (&t->remote_pending, false);
+  pthread_mutex_unlock (&t->remote_lock);
+}
+
+/* Runs deferred work until there is none (work may queue more). */
+static unsigned
+run_deferred (struct pdio_thread *t)
+{
+  unsigned n = 0;
+
+  for (;;) {
+    struct thread_work *w;
+
+    take_remote (t);
+    w = t->work;
+    if (w == NULL)
+      break;
+    t->work = w->next;
+    if (t->work == NULL)
+      t->work_tail = &t->work;
+    w->fn (w);
+    n++;
+  }
+  if (t->buf_freed) {
+    t->buf_freed = false;
+    if (t->on_buf_free)
+      t->on_buf_free (t->on_buf_free_opaque);
+  }
+  return n;
+}
+
+/* ---- system calls -------------------------------------------------------- */
+
+static void
+sync_op_run (struct thread_work *w)
+{
+  struct sysop *op = container_of (w, struct sysop, work);
+  struct pdio_thread *t = op->t;
+
+  op->res = t->backend->run (t->backend_state, op);
+  op->comp.fn (&op->comp, op->res, 0);
+}
+
+void
+thread_issue (struct pdio_thread *t, struct sysop *op)
+{
+  if (t->file_on_ring) {
+    struct io_uring_sqe *sqe = pdio_thread_sqe (t);
+    bool fixed_buf = t->fixed_buf && op->iovcnt == 1 &&
+      (op->kind == SYSOP_READV || op->kind == SYSOP_WRITEV) &&
+      pool_contains (&t->pool, op->iov[0].iov_base, op->iov[0].iov_len);
+
+    if (sqe) {
+      uring_prep (sqe, op, t->img->fd, t->img->tail_fd, t->fixed_file,
+                  fixed_buf);
+      io_uring_sqe_set_data (sqe, &op->comp);
+      return;
+    }
+    /* The ring is broken: the syscall, synchronously, is still right. */
+  }
+  /* Synchronous backends run the call from poll, not from inside
+   * pdio_submit: a front end's submit loop stays quick and fair.
+   */
+  op->t = t;
+  op->work.fn = sync_op_run;
+  thread_defer (t, &op->work);
+}
+
+/* ---- the ring ------------------------------------------------------------ */
+
+static void efd_arm (struct pdio_thread *t);
+
+static void
+efd_read_done (struct pdio_completion *c, int res, uint32_t cqe_flags)
+{
+  struct pdio_thread *t = container_of (c, struct pdio_thread, efd_comp);
+
+  (void) res;
+  (void) cqe_flags;
+  take_remote (t);
+  efd_arm (t);
+}
+
+/* A read always pending on the eventfd, so remote work wakes poll. */
+static void
+efd_arm (struct pdio_thread *t)
+{
+  struct io_uring_sqe *sqe = pdio_thread_sqe (t);
+
+  if (sqe == NULL)
+    return;
+  io_uring_prep_read (sqe, t->efd, &t->efd_value, sizeof t->efd_value, 0);
+  t->efd_comp.fn = efd_read_done;
+  io_uring_sqe_set_data (sqe, &t->efd_comp);
+}
+
+/* A ring only this thread submits to, running completion work when it
+ * waits (Linux 6.1+), falling back to a plain ring.
+ */
+static int
+ring_init (struct io_uring *ring, unsigned entries)
+{
+  int r;
+
+  r = io_uring_queue_init (entries, ring, IORING_SETUP_SINGLE_ISSUER |
+                           IORING_SETUP_DEFER_TASKRUN);
+  if (r == -EINVAL)
+    r = io_uring_queue_init (entries, ring, 0);
+  return r;
+}
+
+int
+backend_uring_available (void)
+{
+  struct io_uring ring;
+  int r = ring_init (&ring, 4);
+
+  if (r == 0)
+    io_uring_queue_exit (&ring);
+  return r;
+}
+
+struct io_uring *
+pdio_thread_ring (struct pdio_thread *t)
+{
+  return t->have_ring ? &t->ring : NULL;
+}
+
+struct io_uring_sqe *
+pdio_thread_sqe (struct pdio_thread *t)
+{
+  struct io_uring_sqe *sqe;
+
+  if (!t->have_ring)
+    return NULL;
+  sqe = io_uring_get_sqe (&t->ring);
+  while (sqe == NULL) {
+    int r = io_uring_submit (&t->ring);
+
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+      return NULL;
+    sqe = io_uring_get_sqe (&t->ring);
+  }
+  return sqe;
+}
+
+#define CQE_BATCH 64
+
+/* Dispatches every CQE there is. */
+static int
+reap (struct pdio_thread *t)
+{
+  struct io_uring_cqe *cqes[CQE_BATCH];
+  int n = 0;
+  unsigned got, i;
+
+  while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
+    struct { struct pdio_completion *c; int res; uint32_t flags; } batch[CQE_BATCH];
+
+    /* Copy, then advance the CQ before any handler runs: handlers queue
+     * SQEs and may be slow; the kernel can post again meanwhile.
+     */
+    for (i = 0; i < got; i++) {
+      batch[i].c = io_uring_cqe_get_data (cqes[i]);
+      batch[i].res = cqes[i]->res;
+      batch[i].flags = cqes[i]->flags;
+    }
+    io_uring_cq_advance (&t->ring, got);
+    for (i = 0; i < got; i++)
+      if (batch[i].c)
+        batch[i].c->fn (batch[i].c, batch[i].res, batch[i].flags);
+    n += got;
+  }
+  return n;
+}
+
+int
+pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
+                  const struct __kernel_timespec *timeout)
+{
+  int r, n = 0;
+
+  /* Never sleep when the engine's own work did something (it may have
+   * finished the request the caller waits for) or has more to do.
+   */
+  bool engine_busy = run_deferred (t) || t->work ||
+    atomic_load (&t->remote_pending);
+
+  if (engine_busy)
+    wait_nr = 0;
+
+  if (!t->have_ring) {
+    if (wait_nr) {
+      struct pollfd pfd = { .fd = t->efd, .events = POLLIN };
+      int ms = timeout ? (int) (timeout->tv_sec * 1000 +
+                                timeout->tv_nsec / 1000000) : -1;
+      uint64_t v;
+
+      r = poll (&pfd, 1, ms);
+      if (r < 0 && errno != EINTR)
+        return -errno;
+      if (read (t->efd, &v, sizeof v) < 0) { /* EAGAIN: nothing there */ }
+    }
+    run_deferred (t);
+    return 0;
+  }
+
+  if (wait_nr) {
+    struct io_uring_cqe *cqe;
+
+    r = io_uring_submit_and_wait_timeout (&t->ring, &cqe, wait_nr,
+                                          (struct __kernel_timespec *) timeout,
+                                          NULL);
+  }
+  else if (engine_busy && io_uring_sq_ready (&t->ring) == 0)
+    /* Only our own work ran (psync: the whole request): no system call;
+     * CQEs already posted are reaped below, the rest by the next poll.
+     */
+    r = 0;
+  else
+    r = io_uring_submit_and_get_events (&t->ring);
+  if (r < 0 && r != -ETIME && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+    return r;
+  n = reap (t);
+  run_deferred (t);
+  return n;
+}
+
+/* ---- buffers ------------------------------------------------------------- */
+
+void *
+pdio_buf_get (struct pdio_thread *t, size_t len)
+{
+  return pool_get_buf (&t->pool, len);
+}
+
+/* Memory came back: the oldest waiting requests first, as far as it goes;
+ * a front end stalled on pdio_buf_get hears of it at the end of poll.
+ */
+static void
+pool_returned (struct pdio_thread *t)
+{
+  struct bounce_wait *w;
+
+  while ((w = t->mem_waiters) != NULL) {
+    void *mem = pool_get_bounce (&t->pool, w->len);
+
+    if (mem == NULL)
+      break;
+    t->mem_waiters = w->next;
+    if (t->mem_waiters == NULL)
+      t->mem_waiters_tail = &t->mem_waiters;
+    w->granted (w, mem);
+  }
+  t->buf_freed = true;
+}
+
+void
+pdio_buf_put (struct pdio_thread *t, void *buf, size_t len)
+{
+  pool_put (&t->pool, buf, len);
+  pool_returned (t);
+}
+
+size_t
+pdio_buf_max (const struct pdio_thread *t)
+{
+  return pool_buf_max (&t->pool);
+}
+
+void
+pdio_thread_on_buf_free (struct pdio_thread *t, void (*fn) (void *opaque),
+                         void *opaque)
+{
+  t->on_buf_free = fn;
+  t->on_buf_free_opaque = opaque;
+}
+
+void *
+thread_get_bounce (struct pdio_thread *t, size_t len)
+{
+  /* Never past a waiter: FIFO. */
+  if (t->mem_waiters)
+    return NULL;
+  return pool_get_bounce (&t->pool, len);
+}
+
+void
+thread_put_bounce (struct pdio_thread *t, void *mem, size_t len)
+{
+  if (t->img->bounce_canary)
+    memset (mem, PDIO_CANARY, pool_rounded (len));
+  pool_put (&t->pool, mem, len);
+  pool_returned (t);
+}
+
+void
+thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w)
+{
+  w->next = NULL;
+  *t->mem_waiters_tail = w;
+  t->mem_waiters_tail = &w->next;
+}
+
+/* ---- life cycle ------------------------------------------------------------- */
+
+size_t
+pdio_thread_bounce_bytes (const struct pdio_image *img)
+{
+  return pool_rounded (img->bounce_cap);
+}
+
+struct pdio_image *
+pdio_thread_image (const struct pdio_thread *t)
+{
+  return t->img;
+}
+
+void
+thread_set_backend (struct pdio_thread *t, const struct io_backend *b,
+                    void *state)
+{
+  t->file_on_ring = false;
+  t->backend = b;
+  t->backend_state = state;
+}
+
+int
+pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
+                 struct pdio_thread **tp)
+{
+  size_t bounce = pdio_thread_bounce_bytes (img);
+  size_t pool_bytes = cfg && cfg->pool_bytes ? cfg->pool_bytes
+                                             : PDIO_POOL_DEFAULT;
+  unsigned entries = cfg && cfg->ring_entries ? cfg->ring_entries
+                                              : PDIO_RING_DEFAULT;
+  struct pdio_thread *t;
+  int r;
+
+  *tp = NULL;
+  t = calloc (1, sizeof *t);
+  if (t == NULL)
+    return -errno;
+  t->img = img;
+  t->efd = -1;
+  t->owner = pthread_self ();
+  t->work_tail = &t->work;
+  t->remote_tail = &t->remote;
+  t->mem_waiters_tail = &t->mem_waiters;
+  pthread_mutex_init (&t->remote_lock, NULL);
+  t->files = (struct psync_files) { img->fd, img->tail_fd };
+  t->backend = &backend_psync;
+  t->backend_state = &t->files;
+  t->efd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (t->efd == -1) {
+    r = -errno;
+    goto fail;
+  }
+
+  pool_bytes = pool_bytes > bounce
+    ? bounce + (pool_bytes - bounce) / POOL_PAGE * POOL_PAGE : bounce;
+  r = pool_init (&t->pool, bounce, pool_bytes - bounce);
+  if (r < 0)
+    goto fail;
+  if (img->bounce_canary)
+    memset (t->pool.bounce.base, PDIO_CANARY, bounce);
+
+  r = ring_init (&t->ring, entries);
+  if (r == 0) {
+    struct iovec iov = { t->pool.mem, t->pool.size };
+
+    t->have_ring = true;
+    t->file_on_ring = img->backend == PDIO_BACKEND_URING;
+    if (t->file_on_ring)
+      t->fixed_file = io_uring_register_files (&t->ring, &img->fd, 1) == 0;
+    /* Registering pins the pool once instead of per transfer; where the
+     * memlock limit refuses it, plain vectored I/O still works.
+     */
+    t->fixed_buf = io_uring_register_buffers (&t->ring, &iov, 1) == 0;
+    efd_arm (t);
+  }
+  else if (img->backend == PDIO_BACKEND_URING)
+    engine_debug (img, "io_uring setup failed in this thread (%s): it uses "
+                  "psync", strerror (-r));
+  atomic_fetch_add (&img->threads, 1);
+  t->counted = true;
+  *tp = t;
+  return 0;
+
+ fail:
+  pdio_thread_free (t);
+  return r;
+}
+
+void
+pdio_thread_free (struct pdio_thread *t)
+{
+  if (t == NULL)
+    return;
+  if (t->have_ring) {
+    /* Drop the ring's reference to the image now; the kernel finishes
+     * tearing a ring down asynchronously, and until then the file stays
+     * open (its filesystem busy) after we close it.
+     */
+    if (t->fixed_file)
+      io_uring_unregister_files (&t->ring);
+    io_uring_queue_exit (&t->ring);
+  }
+  if (t->counted)
+    atomic_fetch_sub (&t->img->threads, 1);
+  pool_destroy (&t->pool);
+  if (t->efd >= 0)
+    close (t->efd);
+  pthread_mutex_destroy (&t->remote_lock);
+  free (t);
+}

@@ -1,0 +1,98 @@
+/* What the server's files share: the worker (worker.c) and the
+ * connection (conn.c) interfaces.  Not for pdio(1): see server.h.
+ */
+#ifndef PDIO_SERVER_INTERNAL_H
+#define PDIO_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <liburing.h>
+
+#include "engine.h"
+#include "proto.h"
+#include "server.h"
+
+#define container_of(ptr, type, member) \
+  ((type *) ((char *) (ptr) - offsetof (type, member)))
+
+/* A connection may hold at most this many requests between reading their
+ * header and finishing their reply, and at most this much of its
+ * worker's pool (one request of the maximum size always fits): beyond
+ * either, it stops reading requests until replies go out.
+ */
+#define CONN_MAX_REQUESTS 64
+#define CONN_MAX_POOL_BYTES ((size_t) NBD_MAX_PAYLOAD)
+/* A connection whose replies or payload make no progress for this long
+ * (seconds) is dropped: a client that stops reading must not keep pool
+ * memory its worker's other connections need.  While the server stops,
+ * the limit is shorter.  The handshake has to finish in its own time.
+ */
+#define CONN_STALL_SECS 30
+#define CONN_STALL_SECS_STOPPING 5
+#define CONN_HANDSHAKE_SECS 30
+/* Payload bytes of refused WRITEs are read into a per-worker scratch
+ * buffer of this size and dropped.
+ */
+#define WORKER_DISCARD_BYTES (64 * 1024)
+
+struct conn;
+
+/* What every worker shares, read-only once the workers run. */
+struct server_ctx {
+  struct pdio_image *img;
+  struct nbd_export export;
+  bool can_extents;
+  struct pdio_log log;
+  size_t pool_bytes;
+};
+
+struct worker {
+  const struct server_ctx *ctx;
+  unsigned id;
+  pthread_t thread;
+  struct pdio_thread *t;
+  uint8_t *discard;             /* WORKER_DISCARD_BYTES of scratch */
+
+  /* The accept thread hands connections over here (under lock) and
+   * wakes the worker through event_fd; stop is set the same way.
+   */
+  pthread_mutex_t lock;
+  int *incoming;
+  size_t n_incoming, cap_incoming;
+  bool stop_requested;
+  int event_fd;
+  uint64_t event_value;
+  struct pdio_completion event_c;
+
+  /* The worker thread's own. */
+  struct conn *conns;           /* every live connection */
+  struct conn *stalled;         /* waiting for pool memory or a slot */
+  unsigned n_conns;
+  bool stopping;
+  time_t now;                   /* CLOCK_MONOTONIC seconds, per loop */
+};
+
+/* worker.c */
+extern void worker_log (const struct worker *w, int level, const char *fmt,
+                        ...) __attribute__ ((format (printf, 3, 4)));
+enum { LOG_ERROR, LOG_WARNING, LOG_DEBUG };
+extern int worker_start (struct worker *w, const struct server_ctx *ctx,
+                         unsigned id);
+/* From the accept thread. */
+extern void worker_hand_over (struct worker *w, int fd);
+extern void worker_request_stop (struct worker *w);
+extern void worker_join (struct worker *w);
+
+/* conn.c, all on the worker's thread. */
+extern void conn_new (struct worker *w, int fd);
+extern void conn_stop (struct conn *c);         /* the server is stopping */
+extern void conn_resume (struct conn *c);       /* retry a stalled read */
+extern void conn_watchdog (struct conn *c);
+extern struct conn *conn_next (const struct conn *c);
+extern struct conn *conn_next_stalled (const struct conn *c);
+
+#endif /* PDIO_SERVER_INTERNAL_H */

@@ -1,0 +1,256 @@
+/* The NBD wire format, and nothing else: constants, parsing of what a
+ * client sends, building of what the server sends, and the rules that
+ * decide whether a request is valid.  No I/O and no allocation, so the
+ * fuzzer (tests/robust/fuzz_server.c) can drive all of it.
+ *
+ * Reference: doc/proto.md in NetworkBlockDevice/nbd.  Everything on the
+ * wire is big-endian.
+ */
+#ifndef PDIO_SERVER_PROTO_H
+#define PDIO_SERVER_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* --- handshake ----------------------------------------------------------- */
+#define NBD_MAGIC               UINT64_C (0x4e42444d41474943) /* "NBDMAGIC" */
+#define NBD_IHAVEOPT            UINT64_C (0x49484156454F5054) /* "IHAVEOPT" */
+#define NBD_REP_MAGIC           UINT64_C (0x3e889045565a9)
+
+#define NBD_FLAG_FIXED_NEWSTYLE   (1u << 0)
+#define NBD_FLAG_NO_ZEROES        (1u << 1)
+#define NBD_FLAG_C_FIXED_NEWSTYLE (1u << 0)
+#define NBD_FLAG_C_NO_ZEROES      (1u << 1)
+
+#define NBD_OPT_EXPORT_NAME       1
+#define NBD_OPT_ABORT             2
+#define NBD_OPT_LIST              3
+#define NBD_OPT_STARTTLS          5
+#define NBD_OPT_INFO              6
+#define NBD_OPT_GO                7
+#define NBD_OPT_STRUCTURED_REPLY  8
+#define NBD_OPT_LIST_META_CONTEXT 9
+#define NBD_OPT_SET_META_CONTEXT  10
+
+#define NBD_REP_ACK               1u
+#define NBD_REP_SERVER            2u
+#define NBD_REP_INFO              3u
+#define NBD_REP_META_CONTEXT      4u
+#define NBD_REP_ERR_UNSUP         (0x80000000u + 1)
+#define NBD_REP_ERR_POLICY        (0x80000000u + 2)
+#define NBD_REP_ERR_INVALID       (0x80000000u + 3)
+#define NBD_REP_ERR_UNKNOWN       (0x80000000u + 6)
+#define NBD_REP_ERR_SHUTDOWN      (0x80000000u + 7)
+#define NBD_REP_ERR_TOO_BIG       (0x80000000u + 9)
+
+#define NBD_INFO_EXPORT           0
+#define NBD_INFO_NAME             1
+#define NBD_INFO_DESCRIPTION      2
+#define NBD_INFO_BLOCK_SIZE       3
+
+/* Transmission flags. */
+#define NBD_FLAG_HAS_FLAGS        (1u << 0)
+#define NBD_FLAG_READ_ONLY        (1u << 1)
+#define NBD_FLAG_SEND_FLUSH       (1u << 2)
+#define NBD_FLAG_SEND_FUA         (1u << 3)
+#define NBD_FLAG_SEND_TRIM        (1u << 5)
+#define NBD_FLAG_SEND_WRITE_ZEROES (1u << 6)
+#define NBD_FLAG_SEND_DF          (1u << 7)
+#define NBD_FLAG_CAN_MULTI_CONN   (1u << 8)
+#define NBD_FLAG_SEND_FAST_ZERO   (1u << 11)
+
+/* The one metadata context pdio has, and the id it goes by. */
+#define NBD_CONTEXT_BASE_ALLOCATION "base:allocation"
+#define NBD_META_ID_BASE_ALLOCATION 1u
+#define NBD_STATE_HOLE            (1u << 0)
+#define NBD_STATE_ZERO            (1u << 1)
+
+/* --- transmission -------------------------------------------------------- */
+#define NBD_REQUEST_MAGIC         0x25609513u
+#define NBD_SIMPLE_REPLY_MAGIC    0x67446698u
+#define NBD_STRUCTURED_REPLY_MAGIC 0x668e33efu
+
+#define NBD_CMD_READ              0
+#define NBD_CMD_WRITE             1
+#define NBD_CMD_DISC              2
+#define NBD_CMD_FLUSH             3
+#define NBD_CMD_TRIM              4
+#define NBD_CMD_WRITE_ZEROES      6
+#define NBD_CMD_BLOCK_STATUS      7
+
+#define NBD_CMD_FLAG_FUA          (1u << 0)
+#define NBD_CMD_FLAG_NO_HOLE      (1u << 1)
+#define NBD_CMD_FLAG_DF           (1u << 2)
+#define NBD_CMD_FLAG_REQ_ONE      (1u << 3)
+#define NBD_CMD_FLAG_FAST_ZERO    (1u << 4)
+
+#define NBD_REPLY_FLAG_DONE       (1u << 0)
+#define NBD_REPLY_TYPE_NONE       0
+#define NBD_REPLY_TYPE_OFFSET_DATA 1
+#define NBD_REPLY_TYPE_BLOCK_STATUS 5
+#define NBD_REPLY_TYPE_ERROR      ((1u << 15) + 1)
+
+/* Error values the spec allows on the wire. */
+#define NBD_EPERM                 1
+#define NBD_EIO                   5
+#define NBD_ENOMEM                12
+#define NBD_EINVAL                22
+#define NBD_ENOSPC                28
+#define NBD_EOVERFLOW             75
+#define NBD_ENOTSUP               95
+#define NBD_ESHUTDOWN             108
+
+/* Sizes of the fixed parts. */
+#define NBD_OPTION_HEADER_LEN     16    /* IHAVEOPT, option, length */
+#define NBD_OPTION_REPLY_LEN      20    /* magic, option, type, length */
+#define NBD_REQUEST_LEN           28
+#define NBD_SIMPLE_REPLY_LEN      16
+#define NBD_CHUNK_HEADER_LEN      20
+#define NBD_OFFSET_DATA_HEADER_LEN (NBD_CHUNK_HEADER_LEN + 8)
+#define NBD_ERROR_CHUNK_LEN       (NBD_CHUNK_HEADER_LEN + 6)
+/* Block status chunk: header, context id, then 8 bytes per extent. */
+#define NBD_BLOCK_STATUS_LEN(n)   (NBD_CHUNK_HEADER_LEN + 4 + 8 * (size_t) (n))
+
+/* The largest READ or WRITE pdio handles, advertised as the maximum block
+ * size; nothing is ever allocated for a larger length.
+ */
+#define NBD_MAX_PAYLOAD           (32u * 1024 * 1024)
+
+/* --- big-endian helpers --------------------------------------------------- */
+static inline void
+nbd_put16 (uint8_t *p, uint16_t v)
+{
+  p[0] = v >> 8; p[1] = v;
+}
+
+static inline void
+nbd_put32 (uint8_t *p, uint32_t v)
+{
+  p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+static inline void
+nbd_put64 (uint8_t *p, uint64_t v)
+{
+  nbd_put32 (p, v >> 32);
+  nbd_put32 (p + 4, (uint32_t) v);
+}
+
+static inline uint16_t
+nbd_get16 (const uint8_t *p)
+{
+  return (uint16_t) (p[0] << 8 | p[1]);
+}
+
+static inline uint32_t
+nbd_get32 (const uint8_t *p)
+{
+  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 |
+         (uint32_t) p[2] << 8 | p[3];
+}
+
+static inline uint64_t
+nbd_get64 (const uint8_t *p)
+{
+  return (uint64_t) nbd_get32 (p) << 32 | nbd_get32 (p + 4);
+}
+
+/* --- what the export offers ------------------------------------------------ */
+/* Everything a connection's replies depend on: the export as opened and
+ * what this client negotiated.  Filled by the handshake.
+ */
+struct nbd_export {
+  uint64_t size;
+  bool readonly;
+  uint32_t block_min, block_preferred, block_max;
+  const char *description;      /* NBD_INFO_DESCRIPTION, or NULL */
+};
+
+struct nbd_session {
+  uint64_t size;
+  uint16_t eflags;              /* transmission flags sent to the client */
+  uint32_t block_max;
+  bool structured;              /* NBD_OPT_STRUCTURED_REPLY acked */
+  bool meta_base_allocation;    /* base:allocation selected */
+};
+
+/* The transmission flags of an export (NBD_FLAG_SEND_DF only with
+ * structured replies, as the spec requires): what the nbdkit plugin gets
+ * from nbdkit, so both front ends advertise the same.
+ */
+extern uint16_t nbd_export_flags (const struct nbd_export *e, bool structured);
+
+/* --- requests -------------------------------------------------------------- */
+struct nbd_request {
+  uint16_t flags;
+  uint16_t type;
+  uint64_t cookie;              /* the spec's "handle" */
+  uint64_t offset;
+  uint32_t count;
+};
+
+/* false if the magic is wrong (the stream is lost: hang up). */
+extern bool nbd_parse_request (const uint8_t buf[NBD_REQUEST_LEN],
+                               struct nbd_request *r);
+
+/* The verdict on a parsed request. */
+struct nbd_verdict {
+  uint32_t error;               /* 0: serve it; else the NBD error to reply */
+  uint32_t discard;             /* payload bytes to read and drop: a refused
+                                   WRITE still sends its data, of any length
+                                   (it is read into scratch memory, never
+                                   allocated), and the stream stays in step */
+};
+/* Applies the spec's rules: known command, flags documented for it and
+ * negotiated, lengths within the maximum, range within the export (EINVAL,
+ * or ENOSPC for writes and zeroes), EPERM for writes on a read-only export,
+ * BLOCK_STATUS only after base:allocation was selected.
+ */
+extern struct nbd_verdict nbd_check_request (const struct nbd_request *r,
+                                             const struct nbd_session *s);
+
+/* The NBD error for an engine error (-errno or errno). */
+extern uint32_t nbd_error_of_errno (int err);
+
+/* --- replies: each builder writes into buf and returns the length ---------- */
+/* The 16-byte simple reply (followed by the data for a successful READ). */
+extern size_t nbd_simple_reply (uint8_t *buf, uint64_t cookie, uint32_t error);
+/* A structured chunk header (payload follows). */
+extern size_t nbd_chunk_header (uint8_t *buf, uint16_t flags, uint16_t type,
+                                uint64_t cookie, uint32_t payload_len);
+/* OFFSET_DATA chunk header and offset, DONE set: the data follows (one
+ * chunk: pdio never fragments a read, so it honours NBD_CMD_FLAG_DF).
+ */
+extern size_t nbd_offset_data_header (uint8_t *buf, uint64_t cookie,
+                                      uint64_t offset, uint32_t data_len);
+/* NBD_REPLY_TYPE_NONE with DONE. */
+extern size_t nbd_none_chunk (uint8_t *buf, uint64_t cookie);
+/* NBD_REPLY_TYPE_ERROR with DONE and no message (NBD_ERROR_CHUNK_LEN). */
+extern size_t nbd_error_chunk (uint8_t *buf, uint64_t cookie, uint32_t error);
+
+/* The extents of a BLOCK_STATUS reply, built in place in a caller's buffer
+ * of room for max extents: add() merges runs of the same status, refuses
+ * (returns false) when full or when the total would pass the request.
+ */
+struct nbd_extents {
+  uint8_t *buf;                 /* NBD_BLOCK_STATUS_LEN (max) bytes */
+  size_t n, max;
+  uint64_t total, limit;        /* bytes described so far; the request's */
+  uint32_t last_flags;
+};
+extern void nbd_extents_init (struct nbd_extents *x, uint8_t *buf,
+                              size_t max, uint32_t count);
+extern bool nbd_extents_add (struct nbd_extents *x, uint64_t length,
+                             uint32_t flags);
+/* Writes the chunk header (DONE set) in front; returns the whole length. */
+extern size_t nbd_extents_finish (struct nbd_extents *x, uint64_t cookie);
+
+/* --- options ------------------------------------------------------------------ */
+/* false if the magic is not IHAVEOPT. */
+extern bool nbd_parse_option_header (const uint8_t buf[NBD_OPTION_HEADER_LEN],
+                                     uint32_t *option, uint32_t *length);
+extern size_t nbd_option_reply (uint8_t *buf, uint32_t option, uint32_t type,
+                                uint32_t length);
+
+#endif /* PDIO_SERVER_PROTO_H */

@@ -1,0 +1,317 @@
+/* A worker: one thread, its engine context (pdio_thread: one io_uring
+ * that carries the sockets of its connections and their file I/O, and
+ * the pool their buffers come from) and its connections.  The ring is
+ * created on the worker's own thread (IORING_SETUP_SINGLE_ISSUER: only
+ * that thread submits) and nothing else ever touches it; the accept
+ * thread reaches a worker only through the hand-over queue, under lock,
+ * and an eventfd read that the worker keeps queued on its ring.
+ *
+ * The loop: wait for completions (at most a second, for the watchdog),
+ * dispatch them (pdio_thread_poll calls each completion's function),
+ * retry connections stalled for memory, and once a second drop the
+ * connections that stopped making progress.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void
+worker_log (const struct worker *w, int level, const char *fmt, ...)
+{
+  const struct pdio_log *log = &w->ctx->log;
+  void (*fn) (const char *, va_list) =
+    level == LOG_ERROR ? log->error :
+    level == LOG_WARNING ? log->warning : log->debug;
+  va_list args;
+
+  if (fn == NULL)
+    return;
+  va_start (args, fmt);
+  fn (fmt, args);
+  va_end (args);
+}
+
+static time_t
+monotonic_seconds (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec;
+}
+
+static void on_event (struct pdio_completion *pc, int res, uint32_t flags);
+
+static bool
+arm_event (struct worker *w)
+{
+  struct io_uring_sqe *sqe = pdio_thread_sqe (w->t);
+
+  if (sqe == NULL)
+    return false;
+  io_uring_prep_read (sqe, w->event_fd, &w->event_value,
+                      sizeof w->event_value, 0);
+  io_uring_sqe_set_data (sqe, &w->event_c);
+  return true;
+}
+
+static void
+begin_stop (struct worker *w)
+{
+  struct conn *c, *next;
+
+  w->stopping = true;
+  worker_log (w, LOG_DEBUG, "worker %u: stopping, %u connections to finish",
+              w->id, w->n_conns);
+  for (c = w->conns; c; c = next) {
+    next = conn_next (c);
+    conn_stop (c);
+  }
+}
+
+/* New connections, or the stop request, from the accept thread. */
+static void
+on_event (struct pdio_completion *pc, int res, uint32_t flags)
+{
+  struct worker *w = container_of (pc, struct worker, event_c);
+  int *fds;
+  size_t n;
+  bool stop;
+
+  (void) flags;
+  if (res < 0 && res != -EINTR && res != -EAGAIN)
+    worker_log (w, LOG_ERROR, "worker %u: eventfd read: %s", w->id,
+                strerror (-res));
+  pthread_mutex_lock (&w->lock);
+  fds = w->incoming;
+  n = w->n_incoming;
+  w->incoming = NULL;
+  w->n_incoming = w->cap_incoming = 0;
+  stop = w->stop_requested;
+  pthread_mutex_unlock (&w->lock);
+
+  for (size_t i = 0; i < n; i++)
+    conn_new (w, fds[i]);
+  free (fds);
+  if (stop)
+    begin_stop (w);             /* the event read stays unarmed */
+  else if (!arm_event (w)) {
+    worker_log (w, LOG_ERROR, "worker %u: cannot queue its event read: "
+                "stopping", w->id);
+    begin_stop (w);
+  }
+}
+
+static void
+resume_stalled (struct worker *w)
+{
+  struct conn *c = w->stalled, *next;
+
+  /* Each may stall again (back onto w->stalled) or be freed. */
+  w->stalled = NULL;
+  for (; c; c = next) {
+    next = conn_next_stalled (c);
+    conn_resume (c);
+  }
+}
+
+static void
+watchdog (struct worker *w)
+{
+  struct conn *c, *next;
+
+  for (c = w->conns; c; c = next) {
+    next = conn_next (c);
+    conn_watchdog (c);
+  }
+}
+
+static void
+loop (struct worker *w)
+{
+  time_t last = w->now;
+
+  while (!(w->stopping && w->n_conns == 0)) {
+    struct __kernel_timespec tick = { .tv_sec = 1 };
+    int r = pdio_thread_poll (w->t, 1, &tick);
+
+    if (r < 0 && r != -EINTR) {
+      /* The ring is unusable: nothing can complete any more. */
+      worker_log (w, LOG_ERROR, "worker %u: io_uring: %s; abandoning its "
+                  "%u connections", w->id, strerror (-r), w->n_conns);
+      return;
+    }
+    w->now = monotonic_seconds ();
+    if (w->stalled)
+      resume_stalled (w);
+    if (w->now != last) {
+      last = w->now;
+      watchdog (w);
+    }
+  }
+}
+
+/* Startup result, reported to worker_start. */
+struct start {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool done;
+  int err;
+};
+
+struct worker_arg {
+  struct worker *w;
+  struct start *start;
+};
+
+static void *
+worker_main (void *arg_)
+{
+  struct worker_arg *arg = arg_;
+  struct worker *w = arg->w;
+  struct start *st = arg->start;
+  const struct pdio_thread_config cfg = { .pool_bytes = w->ctx->pool_bytes };
+  int err;
+
+  err = pdio_thread_new (w->ctx->img, &cfg, &w->t);
+  /* The sockets need the ring: without io_uring there is no server. */
+  if (err == 0 && pdio_thread_ring (w->t) == NULL) {
+    worker_log (w, LOG_ERROR, "io_uring is not available: pdio's own server "
+                "needs it (pdio serve --nbdkit does not)");
+    err = -ENOSYS;
+  }
+  if (err == 0 && !arm_event (w))
+    err = -EIO;
+  w->now = monotonic_seconds ();
+  pthread_mutex_lock (&st->lock);
+  st->err = err;
+  st->done = true;
+  pthread_cond_signal (&st->cond);
+  pthread_mutex_unlock (&st->lock);
+  if (err) {
+    if (w->t)
+      pdio_thread_free (w->t);
+    w->t = NULL;
+    return NULL;
+  }
+  free (arg);
+
+  loop (w);
+  /* Connections the loop abandoned (ring failure) are leaked with their
+   * fds closed by process exit; in the normal stop there are none.
+   */
+  pdio_thread_free (w->t);
+  w->t = NULL;
+  worker_log (w, LOG_DEBUG, "worker %u: done", w->id);
+  return NULL;
+}
+
+int
+worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
+{
+  struct start st = { .done = false };
+  struct worker_arg *arg;
+  int err;
+
+  memset (w, 0, sizeof *w);
+  w->ctx = ctx;
+  w->id = id;
+  w->event_c.fn = on_event;
+  w->event_fd = eventfd (0, EFD_CLOEXEC);
+  w->discard = malloc (WORKER_DISCARD_BYTES);
+  arg = malloc (sizeof *arg);
+  if (w->event_fd == -1 || w->discard == NULL || arg == NULL) {
+    err = w->event_fd == -1 ? -errno : -ENOMEM;
+    goto fail;
+  }
+  pthread_mutex_init (&w->lock, NULL);
+  pthread_mutex_init (&st.lock, NULL);
+  pthread_cond_init (&st.cond, NULL);
+  *arg = (struct worker_arg) { .w = w, .start = &st };
+  err = -pthread_create (&w->thread, NULL, worker_main, arg);
+  if (err) {
+    free (arg);
+    arg = NULL;
+    goto fail;
+  }
+  pthread_mutex_lock (&st.lock);
+  while (!st.done)
+    pthread_cond_wait (&st.cond, &st.lock);
+  pthread_mutex_unlock (&st.lock);
+  err = st.err;
+  if (err) {
+    pthread_join (w->thread, NULL);
+    free (arg);
+    arg = NULL;
+    goto fail;
+  }
+  return 0;
+
+ fail:
+  free (arg);
+  free (w->discard);
+  if (w->event_fd >= 0)
+    close (w->event_fd);
+  w->discard = NULL;
+  w->event_fd = -1;
+  return err;
+}
+
+static void
+wake (struct worker *w)
+{
+  uint64_t one = 1;
+
+  /* Can only fail if the counter would overflow: it is read long before. */
+  if (write (w->event_fd, &one, sizeof one) != sizeof one)
+    worker_log (w, LOG_WARNING, "worker %u: eventfd write failed", w->id);
+}
+
+void
+worker_hand_over (struct worker *w, int fd)
+{
+  pthread_mutex_lock (&w->lock);
+  if (w->n_incoming == w->cap_incoming) {
+    size_t cap = w->cap_incoming ? 2 * w->cap_incoming : 16;
+    int *p = realloc (w->incoming, cap * sizeof *p);
+
+    if (p == NULL) {
+      pthread_mutex_unlock (&w->lock);
+      close (fd);
+      return;
+    }
+    w->incoming = p;
+    w->cap_incoming = cap;
+  }
+  w->incoming[w->n_incoming++] = fd;
+  pthread_mutex_unlock (&w->lock);
+  wake (w);
+}
+
+void
+worker_request_stop (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  w->stop_requested = true;
+  pthread_mutex_unlock (&w->lock);
+  wake (w);
+}
+
+void
+worker_join (struct worker *w)
+{
+  pthread_join (w->thread, NULL);
+  for (size_t i = 0; i < w->n_incoming; i++)
+    close (w->incoming[i]);
+  free (w->incoming);
+  free (w->discard);
+  close (w->event_fd);
+  pthread_mutex_destroy (&w->lock);
+}

@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Raw-socket NBD clients for tests/server/native.tap: what libnbd will
+not do on purpose.
+
+  rawclient.py hostile SOCKET N SEED
+      N connections, each one abuse picked by the seed: hang up at once or
+      mid-greeting, garbage, unknown client flags, bad option magic, an
+      option flood (more than the server's limit), option lengths up to
+      4 GiB with the data cut short, malformed INFO/GO/meta-context data,
+      STARTTLS (the reply must be NBD_REP_ERR_POLICY), a byte-at-a-time
+      handshake, then in transmission: bad request magic, out-of-range and
+      oversized requests, a write whose payload is cut short, and reads
+      whose replies are never read before hanging up.  Checks the replies
+      the spec fixes (STARTTLS, unknown options, GO's infos, EINVAL for a
+      read past the end); anything else the server does (reply or hang
+      up) is its choice, as long as it keeps serving: the caller checks.
+      Prints a count per kind of abuse; exit 0, or 1 on a wrong reply.
+
+  rawclient.py sigterm SOCKET PID IMAGE OUT
+      Negotiates, pipelines 64 writes of 64 KiB (distinct offsets, each
+      filled with its own byte), sends SIGTERM to PID while they are in
+      flight, then reads replies until the server closes.  Writes the
+      acknowledged cookies to OUT, one per line; the caller checks the
+      image after the server has exited.  Exit 0 if every reply was a
+      success reply to a request it sent.
+"""
+import os
+import random
+import signal
+import socket
+import struct
+import sys
+import threading
+
+NBDMAGIC = 0x4e42444d41474943
+IHAVEOPT = 0x49484156454F5054
+REPMAGIC = 0x3e889045565a9
+REQ_MAGIC = 0x25609513
+SIMPLE_MAGIC = 0x67446698
+OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS, OPT_INFO, OPT_GO = 1, 2, 3, 5, 6, 7
+OPT_SR, OPT_LIST_META, OPT_SET_META = 8, 9, 10
+REP_ACK, REP_INFO = 1, 3
+REP_ERR_UNSUP, REP_ERR_POLICY, REP_ERR_INVALID = 0x80000001, 0x80000002, 0x80000003
+CMD_READ, CMD_WRITE, CMD_DISC = 0, 1, 2
+EINVAL = 22
+
+
+class Closed(Exception):
+    pass
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        try:
+            chunk = s.recv(n - len(buf))
+        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+            raise Closed()
+        if not chunk:
+            raise Closed()
+        buf += chunk
+    return buf
+
+
+def send(s, data):
+    try:
+        s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        raise Closed()
+
+
+def connect(path, timeout=20):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    return s
+
+
+def greeting(s):
+    magic, opt, flags = struct.unpack(">QQH", recv_exact(s, 18))
+    if magic != NBDMAGIC or opt != IHAVEOPT:
+        raise SystemExit("bad greeting")
+    return flags
+
+
+def option(s, code, data=b""):
+    send(s, struct.pack(">QII", IHAVEOPT, code, len(data)) + data)
+
+
+def option_reply(s):
+    magic, opt, typ, length = struct.unpack(">QIII", recv_exact(s, 20))
+    if magic != REPMAGIC:
+        raise SystemExit("bad option reply magic")
+    return opt, typ, recv_exact(s, length)
+
+
+def go_data(name=b"", infos=()):
+    return (struct.pack(">I", len(name)) + name + struct.pack(">H", len(infos))
+            + b"".join(struct.pack(">H", i) for i in infos))
+
+
+def negotiate(s, structured=False):
+    """Fixed newstyle, GO; returns (size, flags)."""
+    greeting(s)
+    send(s, struct.pack(">I", 3))
+    if structured:
+        option(s, OPT_SR)
+        if option_reply(s)[1] != REP_ACK:
+            raise SystemExit("structured replies refused")
+    option(s, OPT_GO, go_data(b"", (3,)))
+    size = flags = None
+    while True:
+        opt, typ, data = option_reply(s)
+        if typ == REP_INFO:
+            if struct.unpack(">H", data[:2])[0] == 0:
+                size, flags = struct.unpack(">QH", data[2:12])
+        elif typ == REP_ACK:
+            break
+        else:
+            raise SystemExit("GO failed: reply type 0x%x" % typ)
+    if size is None:
+        raise SystemExit("GO: no NBD_INFO_EXPORT")
+    return size, flags
+
+
+def request(typ, offset, count, cookie=1, flags=0):
+    return struct.pack(">IHHQQI", REQ_MAGIC, flags, typ, cookie, offset, count)
+
+
+def simple_reply(s):
+    magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
+    if magic != SIMPLE_MAGIC:
+        raise SystemExit("bad simple reply magic 0x%x" % magic)
+    return err, cookie
+
+
+# --- the abuses ------------------------------------------------------------
+def hang_up_at_once(s, rnd):
+    pass
+
+
+def hang_up_mid_greeting(s, rnd):
+    recv_exact(s, rnd.randrange(1, 18))
+
+
+def garbage(s, rnd):
+    greeting(s)
+    send(s, rnd.randbytes(rnd.randrange(1, 4096)))
+
+
+def bad_client_flags(s, rnd):
+    greeting(s)
+    send(s, struct.pack(">I", rnd.choice([4, 0xffffffff, 1 << 31])))
+    try:
+        if s.recv(1):
+            raise SystemExit("the server went on after unknown client flags")
+    except (ConnectionResetError, socket.timeout):
+        pass
+
+
+def bad_option_magic(s, rnd):
+    greeting(s)
+    send(s, struct.pack(">I", 1) + rnd.randbytes(16))
+
+
+def option_flood(s, rnd):
+    """More options than the server takes; each must be answered UNSUP
+    until it hangs up."""
+    greeting(s)
+    send(s, struct.pack(">I", 1))
+    for i in range(400):
+        option(s, 1000 + i, rnd.randbytes(rnd.randrange(0, 64)))
+        try:
+            opt, typ, _ = option_reply(s)
+        except Closed:
+            return
+        if opt != 1000 + i or typ != REP_ERR_UNSUP:
+            raise SystemExit("unknown option %d: reply type 0x%x" % (opt, typ))
+    raise SystemExit("400 options accepted: no flood limit")
+
+
+def long_option_cut_short(s, rnd):
+    greeting(s)
+    send(s, struct.pack(">I", 1))
+    length = rnd.choice([5000, 100000, 1 << 20, 0xffffffff])
+    send(s, struct.pack(">QII", IHAVEOPT, rnd.choice([OPT_GO, OPT_LIST, 77]),
+                        length) + rnd.randbytes(rnd.randrange(0, 3000)))
+
+
+def malformed_options(s, rnd):
+    greeting(s)
+    send(s, struct.pack(">I", 1))
+    for data, code in [
+            (struct.pack(">I", 1000) + b"ab", OPT_GO),
+            (struct.pack(">IH", 0, 5), OPT_INFO),
+            (b"\0\0\0\0\0\0\0\5", OPT_SET_META),     # before structured
+            (b"xx", OPT_LIST), (b"x", OPT_SR)]:
+        option(s, code, data)
+        opt, typ, _ = option_reply(s)
+        if opt != code or typ != REP_ERR_INVALID:
+            raise SystemExit("malformed option %d: reply type 0x%x" % (code, typ))
+    option(s, OPT_SR)
+    option_reply(s)
+    option(s, OPT_LIST_META, struct.pack(">II", 0, 3) + struct.pack(">I", 99))
+    opt, typ, _ = option_reply(s)
+    if typ != REP_ERR_INVALID:
+        raise SystemExit("query running past the option: reply type 0x%x" % typ)
+
+
+def starttls(s, rnd):
+    greeting(s)
+    send(s, struct.pack(">I", 1))
+    option(s, OPT_STARTTLS)
+    opt, typ, _ = option_reply(s)
+    if opt != OPT_STARTTLS or typ != REP_ERR_POLICY:
+        raise SystemExit("STARTTLS: reply type 0x%x, want NBD_REP_ERR_POLICY" % typ)
+    option(s, OPT_GO, go_data(b"some name", (1, 2, 3)))
+    seen = set()
+    while True:
+        opt, typ, data = option_reply(s)
+        if typ == REP_ACK:
+            break
+        if typ != REP_INFO:
+            raise SystemExit("GO after STARTTLS: reply type 0x%x" % typ)
+        seen.add(struct.unpack(">H", data[:2])[0])
+    if not {0, 1, 3} <= seen:
+        raise SystemExit("GO: infos %s, want EXPORT, NAME, BLOCK_SIZE" % seen)
+    send(s, request(CMD_DISC, 0, 0))
+
+
+def byte_at_a_time(s, rnd):
+    greeting(s)
+    data = struct.pack(">I", 1) + struct.pack(">QII", IHAVEOPT, OPT_LIST, 0)
+    for b in data:
+        send(s, bytes([b]))
+    opt, typ, _ = option_reply(s)
+    if opt != OPT_LIST:
+        raise SystemExit("LIST: reply to option %d" % opt)
+    option(s, OPT_ABORT)
+
+
+def bad_request_magic(s, rnd):
+    negotiate(s)
+    send(s, rnd.randbytes(28))
+
+
+def out_of_range(s, rnd):
+    size, _ = negotiate(s)
+    send(s, request(CMD_READ, size, 512, cookie=7))
+    err, cookie = simple_reply(s)
+    if err != EINVAL or cookie != 7:
+        raise SystemExit("read past the end: error %d cookie %d" % (err, cookie))
+    send(s, request(CMD_READ, 0, 0xffffffff, cookie=8))
+    err, cookie = simple_reply(s)
+    if err == 0:
+        raise SystemExit("a 4 GiB read was accepted")
+    send(s, request(rnd.randrange(9, 65536), 0, 4096, cookie=9))
+    err, _ = simple_reply(s)
+    if err != EINVAL:
+        raise SystemExit("unknown command: error %d" % err)
+
+
+def write_cut_short(s, rnd):
+    negotiate(s)
+    count = rnd.choice([4096, 1 << 20, 32 << 20, 0xffffffff])
+    send(s, request(CMD_WRITE, 0, count) + rnd.randbytes(rnd.randrange(0, 4096)))
+
+
+def replies_never_read(s, rnd):
+    negotiate(s, structured=rnd.random() < 0.5)
+    send(s, b"".join(request(CMD_READ, 4096 * i, 1 << 16, cookie=i)
+                     for i in range(rnd.randrange(1, 64))))
+
+
+ABUSES = [hang_up_at_once, hang_up_mid_greeting, garbage, bad_client_flags,
+          bad_option_magic, option_flood, long_option_cut_short,
+          malformed_options, starttls, byte_at_a_time, bad_request_magic,
+          out_of_range, write_cut_short, replies_never_read]
+
+
+def hostile(path, n, seed):
+    rnd = random.Random(seed)
+    counts = {}
+    for i in range(n):
+        abuse = ABUSES[i % len(ABUSES)] if i < len(ABUSES) else rnd.choice(ABUSES)
+        s = connect(path)
+        try:
+            abuse(s, rnd)
+        except Closed:
+            pass                # the server hung up: allowed for all of these
+        finally:
+            # SO_LINGER 0: a reset, the most abrupt hang-up there is.
+            if rnd.random() < 0.5:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             struct.pack("ii", 1, 0))
+            s.close()
+        counts[abuse.__name__] = counts.get(abuse.__name__, 0) + 1
+    for k in sorted(counts):
+        print("%-24s %d" % (k, counts[k]))
+    print("%d hostile connections" % n)
+
+
+def sigterm(path, pid, image, out):
+    s = connect(path, timeout=60)
+    negotiate(s)
+    n, length = 64, 65536
+    reqs = [request(CMD_WRITE, i * length, length, cookie=i + 1) +
+            bytes([i + 1]) * length for i in range(n)]
+
+    def sender():
+        try:
+            for r in reqs:
+                s.sendall(r)
+        except OSError:
+            pass                # the server stopped reading: fine
+    t = threading.Thread(target=sender)
+    t.start()
+    # Some requests in, most still in flight or on the wire.
+    first = simple_reply(s)
+    os.kill(pid, signal.SIGTERM)
+    acked = []
+    replies = [first]
+    try:
+        while True:
+            replies.append(simple_reply(s))
+    except Closed:
+        pass
+    t.join()
+    for err, cookie in replies:
+        if err != 0 or not 1 <= cookie <= n:
+            raise SystemExit("reply error %d for cookie %d" % (err, cookie))
+        acked.append(cookie)
+    with open(out, "w") as f:
+        f.write("".join("%d\n" % c for c in acked))
+    print("%d of %d writes acknowledged before the server closed" % (len(acked), n))
+
+
+def main():
+    if sys.argv[1] == "hostile":
+        hostile(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "sigterm":
+        sigterm(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    else:
+        raise SystemExit(__doc__)
+
+
+main()
