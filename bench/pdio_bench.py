@@ -627,11 +627,20 @@ class Monitor(threading.Thread):
 
 
 def fio_cmd(job, srv, run, img, size, out, uri):
+    # fio's region is [offset, offset + size): with offset=512 and the whole
+    # image's size, the last block would cross the end, which grows the
+    # image under the raw row (and then qemu-nbd refuses an image whose
+    # size is not a multiple of 512) and fails with ENOSPC under a server.
+    # So the region ends at the last whole block inside the image.
+    opt = dict(a[2:].split("=", 1) for a in job.fio if "=" in a)
+    off = parse_size(opt.get("offset", "0"))
+    bs = parse_size(opt.get("bs", "4k"))
+    region = (size - off) // bs * bs
     cmd = ["fio", "--name=" + job.name, "--output-format=json",
            "--output=" + out, "--time_based",
            "--runtime=%g" % run.runtime, "--ramp_time=%g" % run.ramp,
            "--lat_percentiles=1", "--norandommap", "--group_reporting",
-           "--size=%d" % size] + job.fio
+           "--size=%d" % region] + job.fio
     if srv.kind == "raw":
         cmd += ["--ioengine=io_uring", "--direct=1", "--filename=" + img]
     else:
@@ -925,16 +934,17 @@ def do_run(args):
     running = None
     interrupted = False
     st = os.stat(img)
-    ident = (st.st_dev, st.st_ino)
+    ident = (st.st_dev, st.st_ino, size)
 
     def same_image():
         # Something on these shared machines has removed /var/tmp/pdio-*
         # directories mid-run: numbers against a deleted image are void.
+        # And a job that writes past the end grows it.
         try:
             st = os.stat(img)
         except OSError:
             return False
-        return (st.st_dev, st.st_ino) == ident
+        return (st.st_dev, st.st_ino, st.st_size) == ident
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt
@@ -951,7 +961,8 @@ def do_run(args):
                 sel = [j for j in jobs if srv.jobs is None or j.name in srv.jobs]
                 for session in sessions_of(srv, sel):
                     if not same_image():
-                        die("%s was removed or replaced during the run" % img)
+                        die("%s was removed, replaced or resized during the "
+                            "run" % img)
                     pages = evict(img)
                     running = None
                     if srv.kind != "raw":
@@ -964,7 +975,8 @@ def do_run(args):
                         row = run_job(job, srv, running, args, img, size,
                                       fiodir)
                         if not same_image():
-                            die("%s was removed or replaced during %s/%s; "
+                            die("%s was removed, replaced or resized during "
+                                "%s/%s; "
                                 "results so far in %s" % (img, srv.name,
                                                           job.name, outdir))
                         row["rep"] = rep
@@ -1512,7 +1524,8 @@ def check_bounced(c):
     for s in mis:
         c.info("  bounced in the misaligned session, %s rep %d"
                % (s["server"], s["rep"]),
-               "%d B over %s (expected: read-modify-write)"
+               "%d B over %s (bounces only where the engine's direct-I/O "
+               "alignment is above 512)"
                % (s["stats"]["bounced_bytes"], ",".join(s["jobs"])))
 
 
