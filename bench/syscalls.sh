@@ -75,6 +75,17 @@ done
 [ -d /sys/kernel/tracing/events/io_uring/io_uring_queue_async_work ] &&
     events="$events,io_uring:io_uring_queue_async_work"
 
+# nbdkit writes its pid file from the daemon it forks, which may be after
+# the command returns: wait for it (one file per server, never a stale one).
+pidfile() {
+    for _ in $(seq 100); do
+        [ -s "$1" ] && { cat "$1"; return 0; }
+        sleep 0.05
+    done
+    echo "syscalls.sh: no pid in $1" >&2
+    return 1
+}
+
 start_server() {  # start_server NAME SOCKET: sets pid
     local name=$1 sock=$2
     case $name in
@@ -84,14 +95,14 @@ start_server() {  # start_server NAME SOCKET: sets pid
         qemu-nbd -f raw --cache=none --aio=$aio -t -e 16 -k "$sock" "$img" &
         pid=$! ;;
     null)
-        nbdkit -U "$sock" -P "$work/pid" null size=$(stat -c %s "$img")
-        pid=$(cat "$work/pid") ;;
+        nbdkit -U "$sock" -P "$work/$name.pid" null size=$(stat -c %s "$img")
+        pid=$(pidfile "$work/$name.pid") ;;
     pdio|pdio-psync|pdio-t*)
         local args="" backend=io_uring
         [ "$name" = pdio-psync ] && backend=psync
         case $name in pdio-t[0-9]*) args="--threads=${name#pdio-t}" ;; esac
-        nbdkit $args -U "$sock" -P "$work/pid" "$plugin" file="$img" backend=$backend
-        pid=$(cat "$work/pid") ;;
+        nbdkit $args -U "$sock" -P "$work/$name.pid" "$plugin" file="$img" backend=$backend
+        pid=$(pidfile "$work/$name.pid") ;;
     pdio-native|pdio-native-t[0-9]*)
         [ -x "$pdio" ] || { echo "syscalls.sh: $pdio is missing (PDIO_CLI)" >&2; exit 1; }
         local threads=""
