@@ -1276,10 +1276,16 @@ class Checker:
         self.reps = reps_of(doc)
         self.lines = []
         self.all_ok = True
+        # Counted lines, for the table over several runs (--check A,B):
+        # name -> (tag, median or None, per-repetition values, cell text).
+        self.records = {}
 
-    def emit(self, tag, name, text, counted=True):
+    def emit(self, tag, name, text, counted=True, cell=None, vals=None):
         if counted and tag not in ("PASS", "INFO"):
             self.all_ok = False
+        if counted:
+            self.records[name.strip()] = (tag, vals or [],
+                                          cell if cell is not None else text)
         self.lines.append("%-4s %-62s %s" % (tag, name, text))
 
     def verdict(self, name, vals, thr, higher=True, unit="x", counted=True,
@@ -1296,7 +1302,11 @@ class Checker:
         self.emit(tag, name, "%.2f%s (need %s %.2f; margin %+.0f%%; "
                   "per repetition: %s)%s"
                   % (v, unit, ">=" if higher else "<=", thr, margin, per,
-                     note), counted)
+                     note), counted,
+                  cell="%.2f%s (%s; need %s %.2f)" % (
+                      v, unit, ", ".join("%.2f" % x for x in vals),
+                      ">=" if higher else "<=", thr),
+                  vals=ok)
 
     def info(self, name, text):
         self.emit("INFO", name, text, counted=False)
@@ -1455,6 +1465,8 @@ def check_issue11(c):
             c.info("peak RSS of " + s,
                    "%.1f MiB (VmHWM; max over jobs and repetitions)"
                    % (max(rss) / 1024))
+            c.records["peak RSS of " + s] = ("INFO", [], "%.1f MiB"
+                                             % (max(rss) / 1024))
     check_regression(c)
     # --threads 1 against --threads 2 (not in the targets table: stated).
     for j in NATIVE_SCALING_JOBS:
@@ -1661,6 +1673,53 @@ def check(doc):
     return ok
 
 
+def targets_table(docs):
+    """The counted targets of several runs side by side, in markdown: one
+    column per run (median, per-repetition values, the bar), and how many
+    repetitions met each (for docs/performance.md's targets section)."""
+    recs = []
+    for doc in docs:
+        c = Checker(doc)
+        if has_native(doc):
+            check_issue11(c)
+        else:
+            check_issue5(c, counted=True)
+        recs.append(c.records)
+    names = []
+    for r in recs:
+        names += [n for n in r if n not in names]
+    L = ["| target | " + " | ".join("run %s" % d["meta"]["run_id"]
+                                    for d in docs) + " | status |",
+         "|---|" + "---|" * len(docs) + "---|"]
+    for n in names:
+        cells, met, total, other, info = [], 0, 0, [], 0
+        for r in recs:
+            if n not in r:
+                cells.append("–")
+                other.append("n/a")
+                continue
+            tag, oks, cell = r[n]
+            cells.append(cell.replace("|", "/"))
+            if oks:
+                met += sum(1 for x in oks if x)
+                total += len(oks)
+            elif tag == "INFO":
+                info += 1
+            elif tag != "PASS":
+                other.append(tag)
+        if total:
+            status = "met in all %d repetitions" % total if met == total \
+                else ("**missed** in all %d repetitions" % total if not met
+                      else "met in %d of %d repetitions" % (met, total))
+        elif info and not [t for t in other if t != "n/a"]:
+            status = "stated"
+        else:
+            status = "met in all runs" if not other else \
+                "**%s**" % "/".join(sorted(set(other)))
+        L.append("| %s | %s | %s |" % (n, " | ".join(cells), status))
+    return "\n".join(L)
+
+
 # --------------------------------------------------------------------------
 # Chart
 
@@ -1851,7 +1910,9 @@ def main():
                         "jobs, 2+ repetitions)")
     p.add_argument("--check", nargs="?", const="", metavar="RESULTS",
                    help="evaluate the targets from a results.json or run "
-                        "directory (default: the latest run); no benchmark")
+                        "directory (default: the latest run; several, "
+                        "comma-separated, also get a markdown table of the "
+                        "targets side by side); no benchmark")
     p.add_argument("--report", nargs="?", const="", metavar="RESULTS",
                    help="re-render summary.md and the chart from results "
                         "(several runs, comma-separated: with --publish, "
@@ -1864,12 +1925,22 @@ def main():
         PLUGIN = os.path.abspath(args.plugin)
 
     if args.check is not None:
-        doc, _ = load_results(args.check or None)
-        if args.baseline:
-            doc["meta"]["baseline"] = load_baseline(os.path.abspath(
-                args.baseline))
-            doc["meta"]["baseline"]["given"] = True
-        return 0 if check(doc) else 3
+        # Several runs (comma-separated): each one's check, then the
+        # targets of all of them side by side; exit 3 unless all pass.
+        docs, ok = [], True
+        for one in args.check.split(",") if args.check else [None]:
+            doc, _ = load_results(one)
+            if args.baseline:
+                doc["meta"]["baseline"] = load_baseline(os.path.abspath(
+                    args.baseline))
+                doc["meta"]["baseline"]["given"] = True
+            ok = check(doc) and ok
+            docs.append(doc)
+            print()
+        if len(docs) > 1:
+            print("Targets of the %d runs (markdown):\n" % len(docs))
+            print(targets_table(docs))
+        return 0 if ok else 3
     if args.report is not None:
         # RESULTS may name several runs (comma-separated): --publish puts
         # all of them in docs/performance.md, in that order.
