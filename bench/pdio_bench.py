@@ -471,6 +471,13 @@ def start_server(srv, img, workdir, logdir):
                 r.threads = len(os.listdir("/proc/%d/task" % pid))
             except OSError:
                 pass
+            if srv.kind == "native" and descendants(pid):
+                # An older pdio whose serve runs nbdkit as a child: the row
+                # would measure the wrong front end under the native name.
+                stop_server(r)
+                die("%s: %s serve started a child process (nbdkit?), not "
+                    "pdio's own server; point --pdio/PDIO_CLI at a build "
+                    "with the native server" % (srv.name, PDIO_CLI))
             return r
         if time.monotonic() > deadline:
             stop_server(r)
