@@ -1566,6 +1566,14 @@ def check_regression(c):
            "regresses below %.0f%% of the published median"
            % (base.get("source"), ", ".join(base.get("runs", [])) or "?",
               src, REGRESSION_TOLERANCE * 100))
+    other = [x for x in base.get("cpus", []) if x != c.doc["meta"].get("cpu")]
+    if other:
+        c.emit("WARN", "nbdkit front end: baseline from another machine",
+               "published on %s, this run on %s: the bar compares machines "
+               "as well as builds (bench/syscalls.sh counts do not depend "
+               "on the CPU as much)" % (" and ".join(other),
+                                        c.doc["meta"].get("cpu")),
+               counted=False)
     for name, j, ref in REGRESSION:
         b = base["ratios"].get(name)
         if not b:
@@ -1630,13 +1638,17 @@ def load_baseline(path):
         return {"source": os.path.relpath(path, TOP)
                 if path.startswith(TOP) else path,
                 "runs": [doc["meta"]["run_id"]], "ratios": ratios,
-                "pdio_rss_mib": max(rss) if rss else None}
+                "pdio_rss_mib": max(rss) if rss else None,
+                "cpus": [doc["meta"].get("cpu")]}
     text = read_file(path)
     if BEGIN in text and END in text:
         text = text[text.index(BEGIN):text.index(END)]
-    ratios, runs, rss = {}, [], []
+    ratios, runs, rss, cpus = {}, [], [], []
     for part in re.split(r"^### Run ", text, flags=re.M)[1:]:
         runs.append(part.split()[0])
+        m = re.search(r"^- Machine: (.*?), \d+ CPUs", part, re.M)
+        if m and m[1] not in cpus:
+            cpus.append(m[1])
         seen = {}       # a run's first line of each name (issue 11's check
         for line in part.splitlines():  # repeats issue 5's as reference)
             m = TARGET_LINE.match(line.strip())
@@ -1649,7 +1661,7 @@ def load_baseline(path):
             rss.append(float(m[1]))
     return {"source": os.path.relpath(path, TOP) if path.startswith(TOP)
             else path, "runs": runs, "ratios": ratios,
-            "pdio_rss_mib": max(rss) if rss else None}
+            "pdio_rss_mib": max(rss) if rss else None, "cpus": cpus}
 
 
 def has_native(doc):
