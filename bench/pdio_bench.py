@@ -113,6 +113,10 @@ def native_server(img, threads=None):
                   jobs=NATIVE_SCALING_JOBS)
 
 
+# Other names --servers takes for a row.
+SERVER_ALIASES = {"qemu-nbd-native": "qemu-native",
+                  "qemu-nbd-uring": "qemu-uring", "native": "pdio-native"}
+
 # The rows issue 11 needs, for a shorter run: --servers issue11.
 ISSUE11_SERVERS = ["raw", "null", "pdio-native", "pdio-native-t1",
                    "pdio-native-t2", "pdio", "qemu-native", "qemu-uring"]
@@ -864,6 +868,7 @@ def do_run(args):
         want = []
         for w in args.servers.split(","):
             # "issue11": the rows issue 11's targets need.
+            w = SERVER_ALIASES.get(w, w)
             want += ISSUE11_SERVERS if w == "issue11" else [w]
         bad = [w for w in want if w not in names and
                not re.fullmatch(r"pdio-(native-)?t\d+", w)]
