@@ -881,10 +881,18 @@ def do_run(args):
             not os.path.exists(PLUGIN):
         die("%s is missing: run scripts/bootstrap build (or --plugin, "
             "PDIO_PLUGIN)" % PLUGIN)
-    if any(is_native_row(w) for w in chosen) and \
-            not os.access(PDIO_CLI, os.X_OK):
-        die("%s is missing: build pdio (or --pdio, PDIO_CLI; or leave the "
-            "pdio-native rows out with --servers)" % PDIO_CLI)
+    if any(is_native_row(w) for w in chosen):
+        if not os.access(PDIO_CLI, os.X_OK):
+            die("%s is missing: build pdio (or --pdio, PDIO_CLI; or leave "
+                "the pdio-native rows out with --servers)" % PDIO_CLI)
+        # Before the native server, pdio serve ran nbdkit and had no
+        # --threads: say so now rather than after the rows before it ran.
+        r = subprocess.run([PDIO_CLI, "serve", "--help"], capture_output=True,
+                           text=True)
+        if "--threads" not in r.stdout + r.stderr:
+            die("%s serve has no --threads: not a build with pdio's own "
+                "server (--pdio, PDIO_CLI; or leave the pdio-native rows "
+                "out with --servers)" % PDIO_CLI)
 
     img = ensure_image(args.dir, size)
     all_servers = servers(img, size)
