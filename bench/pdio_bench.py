@@ -24,7 +24,12 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(BENCH)
 RESULTS = os.path.join(BENCH, "results")
-PLUGIN = os.path.join(TOP, "plugin", ".libs", "pdio.so")
+# The two front ends under test.  Both default to this tree's build and
+# can be pointed elsewhere (--plugin/PDIO_PLUGIN, --pdio/PDIO_CLI), e.g. at
+# a server branch's build before it is merged.  main() may reassign them.
+PLUGIN = os.environ.get("PDIO_PLUGIN") or \
+    os.path.join(TOP, "plugin", ".libs", "pdio.so")
+PDIO_CLI = os.environ.get("PDIO_CLI") or os.path.join(TOP, "src", "cli", "pdio")
 PERF_MD = os.path.join(TOP, "docs", "performance.md")
 PERF_PNG = os.path.join(TOP, "docs", "performance-ratios.png")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -36,6 +41,14 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Job:
     def __init__(self, name, label, metric, fio):
         self.name, self.label, self.metric, self.fio = name, label, metric, fio
+
+    def aligned(self, n):
+        """Every request of this job starts and ends on a multiple of n
+        (fio's blockalign defaults to bs, and offset shifts them all)."""
+        opt = dict(a[2:].split("=", 1) for a in self.fio if "=" in a)
+        bs = parse_size(opt.get("bs", "4k"))
+        offset = parse_size(opt.get("offset", "0"))
+        return bs % n == 0 and offset % n == 0
 
 
 JOBS = [
@@ -79,6 +92,36 @@ def pdio_threads_server(img, threads):
                              "backend=io_uring"])
 
 
+# pdio's own NBD server (pdio serve).  The -tN rows exist for the issue's
+# "--threads 1 against --threads 2": they run only the jobs that say
+# something about scaling (connections are spread over the threads, so a
+# single connection stays on one thread; rr4k-4x8 is the one that can
+# scale).
+NATIVE_SCALING_JOBS = ["rr4k-qd32", "rw4k-qd32", "rr4k-4x8"]
+
+
+def native_server(img, threads=None):
+    if threads is None:
+        return Server("pdio-native",
+                      "pdio serve (own NBD server), io_uring, threads = one "
+                      "per CPU (%d)" % (os.cpu_count() or 1), "native",
+                      ["--backend", "io_uring"])
+    return Server("pdio-native-t%d" % threads,
+                  "pdio serve (own NBD server), io_uring, --threads %d"
+                  % threads, "native",
+                  ["--backend", "io_uring", "--threads", str(threads)],
+                  jobs=NATIVE_SCALING_JOBS)
+
+
+# Other names --servers takes for a row.
+SERVER_ALIASES = {"qemu-nbd-native": "qemu-native",
+                  "qemu-nbd-uring": "qemu-uring", "native": "pdio-native"}
+
+# The rows issue 11 needs, for a shorter run: --servers issue11.
+ISSUE11_SERVERS = ["raw", "null", "pdio-native", "pdio-native-t1",
+                   "pdio-native-t2", "pdio", "qemu-native", "qemu-uring"]
+
+
 def servers(img, size):
     return [
         Server("raw", "fio io_uring direct=1 on the image (no NBD)", "raw"),
@@ -104,6 +147,9 @@ def servers(img, size):
                 "backend=io_uring", "align=4096", "blocksize-minimum=512",
                 "blocksize-preferred=4096"],
                jobs=["rw4k-qd32", "rw4k-mis-qd32"]),
+        native_server(img),
+        native_server(img, 1),
+        native_server(img, 2),
         Server("qemu-native", "qemu-nbd cache=none aio=native", "qemu",
                ["--aio=native"]),
         Server("qemu-uring", "qemu-nbd cache=none aio=io_uring", "qemu",
@@ -119,10 +165,17 @@ def servers(img, size):
 
 QEMU_ROWS = ("qemu-native", "qemu-uring")
 PDIO_ROWS = ("pdio", "pdio-psync", "pdio-t32", "pdio-a4k")
+NATIVE = "pdio-native"
 
 
 def is_pdio_row(name):
+    """The nbdkit + pdio.so rows."""
     return name in PDIO_ROWS or re.fullmatch(r"pdio-t\d+", name) is not None
+
+
+def is_native_row(name):
+    return name == NATIVE or re.fullmatch(r"pdio-native-t\d+", name) \
+        is not None
 
 # --------------------------------------------------------------------------
 # Small helpers
@@ -351,13 +404,17 @@ class Running:
     def __init__(self, server, pid, popen, uri, tree):
         self.server, self.pid, self.popen = server, pid, popen
         self.uri, self.tree = uri, tree
+        self.log, self.log_offset = None, 0
+        self.threads = None
 
 
 def start_server(srv, img, workdir, logdir):
     sock = os.path.join(workdir, srv.name + ".sock")
     if os.path.exists(sock):
         os.unlink(sock)
-    logf = open(os.path.join(logdir, srv.name + ".log"), "a")
+    logpath = os.path.join(logdir, srv.name + ".log")
+    logf = open(logpath, "a")
+    log_offset = logf.tell()
     uri = "nbd+unix:///%s?socket=%s" % (srv.export, sock)
     popen, pid, tree = None, None, False
     if srv.kind == "nbdkit":
@@ -376,6 +433,12 @@ def start_server(srv, img, workdir, logdir):
             os.unlink(pidfile)
         cmd = ["nbd-server", "-C", conf, "-p", pidfile]
         tree = True     # one child process per connection
+    elif srv.kind == "native":
+        # Foreground; SIGTERM is its orderly stop (it answers what is in
+        # flight, prints the engine's stats on stderr and exits 0).
+        # --exit-with-parent: the SIGTERM also comes if this script dies.
+        cmd = [PDIO_CLI, "serve", "--socket", sock, "--exit-with-parent"] \
+            + srv.args + [img]
     else:
         raise ValueError(srv.kind)
     logf.write("# %s\n" % " ".join(cmd))
@@ -399,6 +462,7 @@ def start_server(srv, img, workdir, logdir):
     else:
         pid = popen.pid
     r = Running(srv, pid, popen, uri, tree)
+    r.log, r.log_offset = logpath, log_offset
     deadline = time.monotonic() + 30
     while True:
         if not pid_alive(pid):
@@ -407,6 +471,17 @@ def start_server(srv, img, workdir, logdir):
                 % (srv.name, logdir, srv.name))
         if subprocess.run(["nbdinfo", "--size", uri], capture_output=True,
                           timeout=10).returncode == 0:
+            try:
+                r.threads = len(os.listdir("/proc/%d/task" % pid))
+            except OSError:
+                pass
+            if srv.kind == "native" and descendants(pid):
+                # An older pdio whose serve runs nbdkit as a child: the row
+                # would measure the wrong front end under the native name.
+                stop_server(r)
+                die("%s: %s serve started a child process (nbdkit?), not "
+                    "pdio's own server; point --pdio/PDIO_CLI at a build "
+                    "with the native server" % (srv.name, PDIO_CLI))
             return r
         if time.monotonic() > deadline:
             stop_server(r)
@@ -437,6 +512,65 @@ def stop_server(r, timeout=20):
                                                    signal.Signals(sig).name))
     if any(pid_alive(p) for p in pids):
         die("%s (pid %d) will not exit" % (r.server.name, r.pid))
+
+
+# The native server's sessions: its engine counts what it did and prints
+# the counts when it exits ("pdio serve: stats: reads=... bounced_bytes=N
+# ..." on stderr), so one server process must serve either only aligned
+# jobs or only misaligned ones for "bytes bounced for aligned requests = 0"
+# to be checkable.  ALIGN_CHECK is the alignment the split assumes (the
+# preferred block size pdio advertises on a 4K-sector or 4K-dio file
+# system); the check re-judges each session against the block size the
+# server printed.
+ALIGN_CHECK = 4096
+
+
+def sessions_of(srv, sel):
+    """The job lists one server process serves, in order: all of sel for
+    every server but the native one, whose aligned and misaligned jobs get
+    a server (and an eviction) each."""
+    if not sel:
+        return []
+    if srv.kind != "native":
+        return [sel]
+    al = [j for j in sel if j.aligned(ALIGN_CHECK)]
+    mis = [j for j in sel if not j.aligned(ALIGN_CHECK)]
+    return [x for x in (al, mis) if x]
+
+
+def native_session(r):
+    """What pdio serve printed during one session: the block sizes it
+    advertised, the engine's stats at exit, its exit status."""
+    info = {"pid": r.pid, "threads": r.threads,
+            "exit_status": r.popen.returncode if r.popen else None,
+            "block_sizes": None, "stats": None}
+    try:
+        with open(r.log) as f:
+            f.seek(r.log_offset)
+            text = f.read()
+    except OSError:
+        return info
+    m = re.search(r"block sizes (\d+)/(\d+)/(\d+)", text)
+    if m:
+        info["block_sizes"] = [int(x) for x in m.groups()]
+    stats = [ln for ln in text.splitlines() if re.search(r"\bstats: ", ln)
+             and "connection" not in ln]
+    if stats:
+        kv = re.findall(r"(\w+)=(\d+)", stats[-1].split("stats: ", 1)[1])
+        info["stats"] = {k: int(v) for k, v in kv}
+    return info
+
+
+def fmt_session(info):
+    st = info.get("stats")
+    return "exit %s, %s threads, block sizes %s, %s" % (
+        info.get("exit_status"), info.get("threads"),
+        "/".join(map(str, info["block_sizes"])) if info.get("block_sizes")
+        else "?",
+        ("engine stats: bounced_bytes=%d direct=%d bounced=%d rmw_blocks=%d"
+         % (st.get("bounced_bytes", -1), st.get("direct", -1),
+            st.get("bounced", -1), st.get("rmw_blocks", -1))) if st
+        else "no engine stats printed")
 
 
 # --------------------------------------------------------------------------
@@ -504,11 +638,20 @@ class Monitor(threading.Thread):
 
 
 def fio_cmd(job, srv, run, img, size, out, uri):
+    # fio's region is [offset, offset + size): with offset=512 and the whole
+    # image's size, the last block would cross the end, which grows the
+    # image under the raw row (and then qemu-nbd refuses an image whose
+    # size is not a multiple of 512) and fails with ENOSPC under a server.
+    # So the region ends at the last whole block inside the image.
+    opt = dict(a[2:].split("=", 1) for a in job.fio if "=" in a)
+    off = parse_size(opt.get("offset", "0"))
+    bs = parse_size(opt.get("bs", "4k"))
+    region = (size - off) // bs * bs
     cmd = ["fio", "--name=" + job.name, "--output-format=json",
            "--output=" + out, "--time_based",
            "--runtime=%g" % run.runtime, "--ramp_time=%g" % run.ramp,
            "--lat_percentiles=1", "--norandommap", "--group_reporting",
-           "--size=%d" % size] + job.fio
+           "--size=%d" % region] + job.fio
     if srv.kind == "raw":
         cmd += ["--ioengine=io_uring", "--direct=1", "--filename=" + img]
     else:
@@ -619,6 +762,31 @@ def file_sha256(path):
     return h.hexdigest()
 
 
+def mtime(path):
+    try:
+        return datetime.datetime.fromtimestamp(
+            os.path.getmtime(path)).strftime("%Y-%m-%d %H:%M:%S")
+    except OSError:
+        return None
+
+
+def build_tree(path):
+    """The git checkout a binary was built in: its commit, and whether its
+    src/ or plugin/ differ from it (the build may then not match it)."""
+    d = os.path.dirname(os.path.abspath(path))
+    top = run_out(["git", "-C", d, "rev-parse", "--show-toplevel"])
+    if not top:
+        return None
+    return {"dir": top,
+            "commit": run_out(["git", "-C", top, "rev-parse", "--short",
+                               "HEAD"]),
+            "branch": run_out(["git", "-C", top, "rev-parse",
+                               "--abbrev-ref", "HEAD"]),
+            "src_dirty": bool(run_out(["git", "-C", top, "status",
+                                       "--porcelain", "--", "src",
+                                       "plugin"]))}
+
+
 def pkg_version(p):
     return run_out(["dpkg-query", "-W", "-f=${Version}", p]) or None
 
@@ -658,9 +826,16 @@ def metadata(img, size, run):
         "pdio_src_dirty": bool(dirty),
         # The engine changes under a long session: say which build ran.
         "plugin": PLUGIN,
-        "plugin_sha256": file_sha256(PLUGIN)[:16],
-        "plugin_mtime": datetime.datetime.fromtimestamp(
-            os.path.getmtime(PLUGIN)).strftime("%Y-%m-%d %H:%M:%S"),
+        "plugin_sha256": file_sha256(PLUGIN)[:16]
+        if os.path.exists(PLUGIN) else None,
+        "plugin_mtime": mtime(PLUGIN),
+        "plugin_tree": build_tree(PLUGIN),
+        "pdio_cli": PDIO_CLI,
+        "pdio_cli_sha256": file_sha256(PDIO_CLI)[:16]
+        if os.path.exists(PDIO_CLI) else None,
+        "pdio_cli_mtime": mtime(PDIO_CLI),
+        "pdio_cli_tree": build_tree(PDIO_CLI),
+        "native_threads_default": os.cpu_count(),
         "image": img,
         "image_size": size,
         "image_fs": run_out(["findmnt", "-n", "-o", "FSTYPE", "-T", img])
@@ -684,24 +859,55 @@ def do_run(args):
                  "fincore", "fallocate"):
         if shutil.which(tool) is None:
             die("%s is missing: run scripts/bootstrap deps" % tool)
-    if not os.path.exists(PLUGIN):
-        die("%s is missing: run scripts/bootstrap build" % PLUGIN)
 
     size = parse_size(args.size)
+    all_servers = servers("IMG", size)
+    names = [s.name for s in all_servers]
+    want = None
+    if args.servers:
+        want = []
+        for w in args.servers.split(","):
+            # "issue11": the rows issue 11's targets need.
+            w = SERVER_ALIASES.get(w, w)
+            want += ISSUE11_SERVERS if w == "issue11" else [w]
+        bad = [w for w in want if w not in names and
+               not re.fullmatch(r"pdio-(native-)?t\d+", w)]
+        if bad:
+            die("unknown server(s) %s; known: %s, pdio-tN, pdio-native-tN, "
+                "issue11" % (bad, ", ".join(names)))
+    # Check what the chosen rows need before the image is made.
+    chosen = want or names
+    if any(w == "pdio" or is_pdio_row(w) for w in chosen) and \
+            not os.path.exists(PLUGIN):
+        die("%s is missing: run scripts/bootstrap build (or --plugin, "
+            "PDIO_PLUGIN)" % PLUGIN)
+    if any(is_native_row(w) for w in chosen):
+        if not os.access(PDIO_CLI, os.X_OK):
+            die("%s is missing: build pdio (or --pdio, PDIO_CLI; or leave "
+                "the pdio-native rows out with --servers)" % PDIO_CLI)
+        # Before the native server, pdio serve ran nbdkit and had no
+        # --threads: say so now rather than after the rows before it ran.
+        r = subprocess.run([PDIO_CLI, "serve", "--help"], capture_output=True,
+                           text=True)
+        if "--threads" not in r.stdout + r.stderr:
+            die("%s serve has no --threads: not a build with pdio's own "
+                "server (--pdio, PDIO_CLI; or leave the pdio-native rows "
+                "out with --servers)" % PDIO_CLI)
+
     img = ensure_image(args.dir, size)
     all_servers = servers(img, size)
-    names = [s.name for s in all_servers]
-    if args.servers:
-        want = args.servers.split(",")
-        # pdio-tN (any N): pdio with nbdkit --threads=N, for thread sweeps.
+    if want:
+        # pdio-tN (any N): pdio with nbdkit --threads=N, for thread sweeps;
+        # pdio-native-tN: pdio serve --threads N.
         for w in want:
             m = re.fullmatch(r"pdio-t(\d+)", w)
             if m and w not in names:
                 all_servers.append(pdio_threads_server(img, int(m.group(1))))
                 names.append(w)
-        bad = [w for w in want if w not in names]
-        if bad:
-            die("unknown server(s) %s; known: %s" % (bad, ", ".join(names)))
+            m = re.fullmatch(r"pdio-native-t(\d+)", w)
+            if m and w not in names:
+                all_servers.append(native_server(img, int(m.group(1))))
+                names.append(w)
         all_servers = [s for s in all_servers if s.name in want]
     jobs = JOBS
     if args.jobs:
@@ -727,12 +933,15 @@ def do_run(args):
     meta = metadata(img, size, args)
     meta["run_id"] = run_id
     meta["loadavg_start"] = loadavg()
+    # Taken now: --publish rewrites docs/performance.md at the end.
+    meta["baseline"] = load_baseline(os.path.abspath(args.baseline)
+                                     if args.baseline else PERF_MD)
     doc = {"meta": meta, "jobs": {j.name: {"label": j.label,
                                            "metric": j.metric}
                                   for j in JOBS},
            "servers": {s.name: {"label": s.label, "kind": s.kind,
                                 "args": s.args} for s in all_servers},
-           "results": []}
+           "results": [], "sessions": []}
     njobs = sum(len([j for j in jobs if s.jobs is None or j.name in s.jobs])
                 for s in all_servers)
     log("run %s: %d servers, %d jobs each repeat, %d repeat(s), "
@@ -745,16 +954,17 @@ def do_run(args):
     running = None
     interrupted = False
     st = os.stat(img)
-    ident = (st.st_dev, st.st_ino)
+    ident = (st.st_dev, st.st_ino, size)
 
     def same_image():
         # Something on these shared machines has removed /var/tmp/pdio-*
         # directories mid-run: numbers against a deleted image are void.
+        # And a job that writes past the end grows it.
         try:
             st = os.stat(img)
         except OSError:
             return False
-        return (st.st_dev, st.st_ino) == ident
+        return (st.st_dev, st.st_ino, st.st_size) == ident
 
     def on_signal(signum, frame):
         raise KeyboardInterrupt
@@ -768,33 +978,43 @@ def do_run(args):
             # not always favour the same servers.
             order = all_servers if rep % 2 else list(reversed(all_servers))
             for srv in order:
-                if not same_image():
-                    die("%s was removed or replaced during the run" % img)
-                pages = evict(img)
                 sel = [j for j in jobs if srv.jobs is None or j.name in srv.jobs]
-                if not sel:
-                    continue
-                running = None
-                if srv.kind != "raw":
-                    running = start_server(srv, img, workdir, logdir)
-                log("rep %d/%d  %-13s pid %-7s (image pages cached at start: "
-                    "%s)" % (rep, args.repeat, srv.name,
-                             running.pid if running else "-", pages))
-                for job in sel:
-                    row = run_job(job, srv, running, args, img, size, fiodir)
+                for session in sessions_of(srv, sel):
                     if not same_image():
-                        die("%s was removed or replaced during %s/%s; "
-                            "results so far in %s" % (img, srv.name,
-                                                      job.name, outdir))
-                    row["rep"] = rep
-                    row["cache_pages_at_start"] = pages
-                    doc["results"].append(row)
-                    log("    %-12s %-13s %s" % (srv.name, job.name,
-                                                fmt_row(row)))
-                if running:
-                    stop_server(running)
+                        die("%s was removed, replaced or resized during the "
+                            "run" % img)
+                    pages = evict(img)
                     running = None
-                save(doc, outdir)
+                    if srv.kind != "raw":
+                        running = start_server(srv, img, workdir, logdir)
+                    log("rep %d/%d  %-13s pid %-7s (image pages cached at "
+                        "start: %s)" % (rep, args.repeat, srv.name,
+                                        running.pid if running else "-",
+                                        pages))
+                    for job in session:
+                        row = run_job(job, srv, running, args, img, size,
+                                      fiodir)
+                        if not same_image():
+                            die("%s was removed, replaced or resized during "
+                                "%s/%s; "
+                                "results so far in %s" % (img, srv.name,
+                                                          job.name, outdir))
+                        row["rep"] = rep
+                        row["cache_pages_at_start"] = pages
+                        doc["results"].append(row)
+                        log("    %-12s %-13s %s" % (srv.name, job.name,
+                                                    fmt_row(row)))
+                    if running:
+                        stop_server(running)
+                        if srv.kind == "native":
+                            info = native_session(running)
+                            info.update({"rep": rep, "server": srv.name,
+                                         "jobs": [j.name for j in session]})
+                            doc["sessions"].append(info)
+                            log("    %-12s session: %s" % (
+                                srv.name, fmt_session(info)))
+                        running = None
+                    save(doc, outdir)
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted; stopping the server and saving what ran")
@@ -892,6 +1112,16 @@ def ratio_fn(server, job, ref, ref_job=None):
     return f
 
 
+def qemu_ratio_fn(server, job):
+    def f(cell, rep):
+        qs = [cell[(rep, q, job)]["value"] for q in QEMU_ROWS
+              if (rep, q, job) in cell]
+        if not qs:
+            raise KeyError(job)
+        return cell[(rep, server, job)]["value"] / max(qs)
+    return f
+
+
 def field_fn(server, job, field):
     def f(cell, rep):
         return cell[(rep, server, job)][field]
@@ -960,6 +1190,21 @@ def summary_md(doc):
                 m.get("plugin_mtime", "?"), m.get("plugin_sha256", "?"),
                 len(reps), m["runtime_s"], m["ramp_s"],
                 m["loadavg_start"], m.get("loadavg_end", float("nan"))))
+
+    def tree(t):
+        if not t:
+            return "outside a git tree"
+        return "%s %s%s" % (t.get("branch"), t.get("commit"),
+                            ", src/ or plugin/ modified" if t.get("src_dirty")
+                            else "")
+    if any(is_pdio_row(s) for s in doc["servers"]) and m.get("plugin_tree"):
+        L.append("- pdio.so: %s (%s)." % (m["plugin"], tree(m["plugin_tree"])))
+    if any(is_native_row(s) for s in doc["servers"]):
+        L.append("- pdio serve: %s (%s; built %s, sha256 %s); default "
+                 "threads = %s (one per CPU)."
+                 % (m.get("pdio_cli"), tree(m.get("pdio_cli_tree")),
+                    m.get("pdio_cli_mtime"), m.get("pdio_cli_sha256"),
+                    m.get("native_threads_default")))
     st = [r["steal_pct"] for r in doc["results"] if "steal_pct" in r]
     if st:
         L.append("- CPU steal time during the jobs (the hypervisor running "
@@ -981,6 +1226,9 @@ def summary_md(doc):
     L += table(doc, "Ratio to pdio (backend=io_uring, same repetition)",
                lambda s, j: ratio_fn(s, j, "pdio"), r2,
                note="pdio-a4k's rows are against pdio's same job.")
+    if has_native(doc):
+        L += table(doc, "Ratio to the better qemu-nbd cache=none row (same "
+                   "repetition)", lambda s, j: qemu_ratio_fn(s, j), r2)
     L += table(doc, "Mean latency, µs",
                lambda s, j: field_fn(s, j, "lat_mean_us"),
                lambda j: (lambda v: "%.0f" % v))
@@ -1009,7 +1257,8 @@ def summary_md(doc):
             "%s/%s rep %d (%s)" % (r["server"], r["job"], r["rep"],
                                    r["fio_error"]) for r in errs))
         L.append("")
-    L += ["#### Targets (issue 5)", "", "```"] + check_lines(doc)[0] + \
+    L += ["#### Targets (%s)" % check_title(doc), "", "```"] + \
+        check_lines(doc)[0] + \
         ["```", ""]
     return "\n".join(L)
 
@@ -1018,104 +1267,489 @@ def summary_md(doc):
 # Targets
 
 
-def check_lines(doc):
-    cell = index(doc)
-    reps = reps_of(doc)
-    lines, all_ok = [], True
+# The target lines: "TAG  NAME  VALUE (need ...; per repetition: ...)".
+# TAG is PASS (every repetition met it), MISS (none did), MIXD (some did),
+# n/a (not measured), TODO (cannot be checked: something is missing, named
+# on the line), INFO (stated, not a target).  n/a and TODO count as not met.
 
-    def verdict(name, vals, thr, higher=True, unit="x"):
+# Issue 11's throughput jobs, and the 4k ones its CPU target covers.
+TARGET_JOBS = ("rr4k-qd32", "rw4k-qd32", "rr4k-4x8")
+CPU_4K_JOBS = ("rr4k-qd1", "rr4k-qd32", "rw4k-qd32", "rr4k-4x8")
+QD32_JOBS = ("rr4k-qd32", "rw4k-qd32")
+SEQ_JOBS = ("sr1m-qd8", "sw1m-qd8")
+# nbdkit front end, "no regression": these ratios of the pdio row against
+# the published baseline (the same names as the issue 5 target lines, so
+# the baseline parser reads old and new check outputs alike).
+REGRESSION = [("pdio / better qemu-nbd cache=none, %s" % j, j, "qemu")
+              for j in TARGET_JOBS] + \
+             [("pdio / raw, %s" % j, j, "raw") for j in SEQ_JOBS]
+# A repetition regresses when its ratio is below this share of the
+# published median: the published repetitions of one ratio spread by
+# 0.5-1.8x on this shared machine, so a tighter bound would flag noise.
+REGRESSION_TOLERANCE = 0.9
+
+
+class Checker:
+    def __init__(self, doc):
+        self.doc = doc
+        self.cell = index(doc)
+        self.reps = reps_of(doc)
+        self.lines = []
+        self.all_ok = True
+        # Counted lines, for the table over several runs (--check A,B):
+        # name -> (tag, median or None, per-repetition values, cell text).
+        self.records = {}
+
+    def emit(self, tag, name, text, counted=True, cell=None, vals=None):
+        if counted and tag not in ("PASS", "INFO"):
+            self.all_ok = False
+        if counted:
+            self.records[name.strip()] = (tag, vals or [],
+                                          cell if cell is not None else text)
+        self.lines.append("%-4s %-62s %s" % (tag, name, text))
+
+    def verdict(self, name, vals, thr, higher=True, unit="x", counted=True,
+                note=""):
         """vals: per-repetition measured values vs threshold thr."""
-        nonlocal all_ok
         if not vals:
-            lines.append("%-4s %-58s not measured in this run" % ("n/a", name))
-            all_ok = False
+            self.emit("n/a", name, "not measured in this run", counted)
             return
         ok = [(v >= thr) if higher else (v <= thr) for v in vals]
         v = statistics.median(vals)
         margin = (v / thr - 1) * 100 if higher else (1 - v / thr) * 100
         tag = "PASS" if all(ok) else ("MISS" if not any(ok) else "MIXD")
-        all_ok = all_ok and all(ok)
         per = " ".join(("%.2f" % x) for x in vals)
-        lines.append("%-4s %-58s %s%s (need %s %.2f; margin %+.0f%%; "
-                     "per repetition: %s)"
-                     % (tag, name, "%.2f" % v, unit,
-                        ">=" if higher else "<=", thr, margin, per))
+        self.emit(tag, name, "%.2f%s (need %s %.2f; margin %+.0f%%; "
+                  "per repetition: %s)%s"
+                  % (v, unit, ">=" if higher else "<=", thr, margin, per,
+                     note), counted,
+                  cell="%.2f%s (%s; need %s %.2f)" % (
+                      v, unit, ", ".join("%.2f" % x for x in vals),
+                      ">=" if higher else "<=", thr),
+                  vals=ok)
 
-    def per_rep(fn):
+    def info(self, name, text):
+        self.emit("INFO", name, text, counted=False)
+
+    def per_rep(self, fn):
         out = []
-        for rep in reps:
+        for rep in self.reps:
             try:
                 out.append(fn(rep))
             except (KeyError, ZeroDivisionError, TypeError):
                 pass
         return out
 
-    def val(rep, s, j, f="value"):
-        v = cell[(rep, s, j)][f]
+    def val(self, rep, s, j, f="value"):
+        v = self.cell[(rep, s, j)][f]
         if v is None:
             raise TypeError
         return v
 
-    def best_qemu(rep, j, f="value", lower=False):
-        vs = [cell[(rep, q, j)][f] for q in QEMU_ROWS
-              if (rep, q, j) in cell and cell[(rep, q, j)][f] is not None]
+    def best_qemu(self, rep, j, f="value", lower=False):
+        c = self.cell
+        vs = [c[(rep, q, j)][f] for q in QEMU_ROWS
+              if (rep, q, j) in c and c[(rep, q, j)][f] is not None]
         if not vs:
             raise KeyError
         return min(vs) if lower else max(vs)
 
-    for j in ("rr4k-qd32", "rw4k-qd32", "rr4k-4x8"):
-        verdict("pdio / better qemu-nbd cache=none, %s" % j,
-                per_rep(lambda r: val(r, "pdio", j) / best_qemu(r, j)), 1.2)
-    verdict("pdio / nbdkit null, rr4k-qd32",
-            per_rep(lambda r: val(r, "pdio", "rr4k-qd32") /
-                    val(r, "null", "rr4k-qd32")), 0.8)
-    for j in ("sr1m-qd8", "sw1m-qd8"):
-        verdict("pdio / raw, %s" % j,
-                per_rep(lambda r: val(r, "pdio", j) / val(r, "raw", j)), 0.9)
-    verdict("misaligned / aligned 4k randwrite QD32 on pdio align=4096",
-            per_rep(lambda r: val(r, "pdio-a4k", "rw4k-mis-qd32") /
-                    val(r, "pdio-a4k", "rw4k-qd32")), 0.5)
+    def has(self, server):
+        return any(r["server"] == server for r in self.doc["results"])
 
-    # Page cache: every pdio job, every repetition.
-    rows = [r for r in doc["results"] if is_pdio_row(r["server"])]
-    cached = [r for r in rows if r.get("cache_pages") != 0]
-    tag = "PASS" if rows and not cached else "MISS"
-    all_ok = all_ok and tag == "PASS"
-    lines.append("%-4s %-58s %d of %d pdio jobs left pages cached%s"
-                 % (tag, "0 image pages cached after every pdio job",
-                    len(cached), len(rows),
-                    "" if not cached else ": " + ", ".join(
-                        "%s/%s rep %d: %s" % (r["server"], r["job"], r["rep"],
-                                              r.get("cache_pages"))
-                        for r in cached[:6])))
 
-    # CPU per I/O against the cheaper qemu-nbd row, job by job.
-    jobs = [j.name for j in JOBS]
-    for j in jobs:
-        vals = per_rep(lambda r: val(r, "pdio", j, "cpu_us_per_io") /
-                       best_qemu(r, j, "cpu_us_per_io", lower=True))
+def check_issue5(c, counted):
+    """Issue 5's targets for the nbdkit front end (pdio.so)."""
+    for j in TARGET_JOBS:
+        c.verdict("pdio / better qemu-nbd cache=none, %s" % j,
+                  c.per_rep(lambda r: c.val(r, "pdio", j) /
+                            c.best_qemu(r, j)), 1.2, counted=counted)
+    c.verdict("pdio / nbdkit null, rr4k-qd32",
+              c.per_rep(lambda r: c.val(r, "pdio", "rr4k-qd32") /
+                        c.val(r, "null", "rr4k-qd32")), 0.8, counted=counted)
+    for j in SEQ_JOBS:
+        c.verdict("pdio / raw, %s" % j,
+                  c.per_rep(lambda r: c.val(r, "pdio", j) /
+                            c.val(r, "raw", j)), 0.9, counted=counted)
+    c.verdict("misaligned / aligned 4k randwrite QD32 on pdio align=4096",
+              c.per_rep(lambda r: c.val(r, "pdio-a4k", "rw4k-mis-qd32") /
+                        c.val(r, "pdio-a4k", "rw4k-qd32")), 0.5,
+              counted=counted)
+    check_cached(c, "pdio", is_pdio_row, counted)
+    for j in [j.name for j in JOBS]:
+        vals = c.per_rep(lambda r: c.val(r, "pdio", j, "cpu_us_per_io") /
+                         c.best_qemu(r, j, "cpu_us_per_io", lower=True))
         if vals:
-            verdict("pdio CPU us/IO / cheaper qemu-nbd's, %s" % j, vals, 1.0,
-                    higher=False)
-
-    # Peak RSS: stated, with the engine's bound for comparison.
+            c.verdict("pdio CPU us/IO / cheaper qemu-nbd's, %s" % j, vals,
+                      1.0, higher=False, counted=counted)
     for s in PDIO_ROWS:
-        rss = [r["rss_peak_kib"] for r in doc["results"]
+        rss = [r["rss_peak_kib"] for r in c.doc["results"]
                if r["server"] == s and r.get("rss_peak_kib")]
         if rss:
-            lines.append("INFO %-58s %.1f MiB (max over jobs and repetitions;"
-                         " the engine's bound: a 2 MiB bounce arena per "
-                         "worker thread, nbdkit runs 16 per connection)"
-                         % ("peak RSS of " + s, max(rss) / 1024))
-    return lines, all_ok
+            c.info("peak RSS of " + s,
+                   "%.1f MiB (max over jobs and repetitions; the engine's "
+                   "bound: a 2 MiB bounce arena per worker thread, nbdkit "
+                   "runs 16 per connection)" % (max(rss) / 1024))
+
+
+def check_cached(c, what, pred, counted=True):
+    rows = [r for r in c.doc["results"] if pred(r["server"])]
+    if not rows:
+        c.emit("n/a", "0 image pages cached after every %s job" % what,
+               "no %s job in this run" % what, counted)
+        return
+    cached = [r for r in rows if r.get("cache_pages") != 0]
+    c.emit("PASS" if not cached else "MISS",
+           "0 image pages cached after every %s job" % what,
+           "%d of %d %s jobs left pages cached%s"
+           % (len(cached), len(rows), what, "" if not cached else ": " +
+              ", ".join("%s/%s rep %d: %s" % (r["server"], r["job"], r["rep"],
+                                              r.get("cache_pages"))
+                        for r in cached[:6])), counted)
+
+
+def check_issue11(c):
+    N = NATIVE
+    # Throughput: >= 1.25x the better qemu-nbd, or >= 0.9x raw where that
+    # is the lower bar; per repetition the bar is the lower of the two.
+    for j in TARGET_JOBS:
+        vals, bars = [], []
+        for rep in c.reps:
+            try:
+                v = c.val(rep, N, j)
+            except (KeyError, TypeError):
+                continue
+            bar = []
+            try:
+                bar.append((1.25 * c.best_qemu(rep, j), "1.25x qemu"))
+            except KeyError:
+                pass
+            try:
+                bar.append((0.9 * c.val(rep, "raw", j), "0.9x raw"))
+            except (KeyError, TypeError):
+                pass
+            if not bar:
+                continue
+            b = min(bar)
+            vals.append(v / b[0])
+            bars.append(b[1] + ("" if len(bar) == 2 else " (only one "
+                                "measured)"))
+        c.verdict("native / its bar (1.25x better qemu-nbd or 0.9x raw), %s"
+                  % j, vals, 1.0,
+                  note="; bar per repetition: %s" % ", ".join(bars)
+                  if bars else "")
+        q = c.per_rep(lambda r: c.val(r, N, j) / c.best_qemu(r, j))
+        w = c.per_rep(lambda r: c.val(r, N, j) / c.val(r, "raw", j))
+        c.info("  native / better qemu-nbd, / raw, %s" % j,
+               "%s / %s (per repetition: %s / %s)"
+               % ("%.2fx" % statistics.median(q) if q else "-",
+                  "%.2fx" % statistics.median(w) if w else "-",
+                  " ".join("%.2f" % x for x in q) or "-",
+                  " ".join("%.2f" % x for x in w) or "-"))
+    # Server CPU per 4k I/O.
+    for j in CPU_4K_JOBS:
+        c.verdict("native CPU us/IO / cheaper qemu-nbd's, %s" % j,
+                  c.per_rep(lambda r: c.val(r, N, j, "cpu_us_per_io") /
+                            c.best_qemu(r, j, "cpu_us_per_io", lower=True)),
+                  0.7, higher=False)
+    # Context switches per I/O at QD32 (perf; a count, not a time).
+    for j in QD32_JOBS:
+        vals = c.per_rep(lambda r: c.val(r, N, j, "cs_per_io"))
+        if not vals and c.has(N):
+            c.emit("TODO", "native context switches per I/O, %s" % j,
+                   "no count: perf is missing or the run used --no-perf")
+            continue
+        c.verdict("native context switches per I/O, %s" % j, vals, 0.2,
+                  higher=False, unit="")
+    vals = c.per_rep(lambda r: c.val(r, N, "rr4k-4x8", "cs_per_io"))
+    if vals:
+        c.info("native context switches per I/O, rr4k-4x8 (4 x QD8)",
+               "%.2f (per repetition: %s)" % (
+                   statistics.median(vals), " ".join("%.2f" % x
+                                                     for x in vals)))
+    # 1M sequential.
+    for j in SEQ_JOBS:
+        c.verdict("native / raw, %s" % j,
+                  c.per_rep(lambda r: c.val(r, N, j) / c.val(r, "raw", j)),
+                  0.9)
+    check_bounced(c)
+    check_cached(c, "native", is_native_row)
+    check_cached(c, "nbdkit pdio", is_pdio_row)
+    # Peak RSS: stated.
+    for s in sorted({r["server"] for r in c.doc["results"]
+                     if is_native_row(r["server"]) or
+                     is_pdio_row(r["server"])}):
+        rss = [r["rss_peak_kib"] for r in c.doc["results"]
+               if r["server"] == s and r.get("rss_peak_kib")]
+        if rss:
+            c.info("peak RSS of " + s,
+                   "%.1f MiB (VmHWM; max over jobs and repetitions)"
+                   % (max(rss) / 1024))
+            c.records["peak RSS of " + s] = ("INFO", [], "%.1f MiB"
+                                             % (max(rss) / 1024))
+    check_regression(c)
+    # --threads 1 against --threads 2 (not in the targets table: stated).
+    for j in NATIVE_SCALING_JOBS:
+        vals = c.per_rep(lambda r: c.val(r, "pdio-native-t2", j) /
+                         c.val(r, "pdio-native-t1", j))
+        if vals:
+            c.info("scaling: native --threads 2 / --threads 1, %s" % j,
+                   "%.2fx (per repetition: %s)%s" % (
+                       statistics.median(vals),
+                       " ".join("%.2f" % x for x in vals),
+                       " <- the one that can scale: a connection stays "
+                       "on one thread" if j == "rr4k-4x8" else ""))
+    # The server's orderly stop.
+    ses = c.doc.get("sessions", [])
+    bad = [s for s in ses if s.get("exit_status") != 0]
+    if ses:
+        c.emit("INFO" if not bad else "WARN",
+               "native server exits 0 on SIGTERM",
+               "%d of %d sessions did not%s" % (
+                   len(bad), len(ses), "" if not bad else ": " + ", ".join(
+                       "%s rep %d: %s" % (s["server"], s["rep"],
+                                          s.get("exit_status"))
+                       for s in bad[:6])), counted=False)
+
+
+def check_bounced(c):
+    """Bytes bounced for aligned requests = 0, from the engine's stats that
+    pdio serve prints at exit, over the sessions that served only jobs
+    aligned to the block size it advertised as preferred."""
+    name = "0 bytes bounced for aligned requests (engine stats)"
+    ses = [s for s in c.doc.get("sessions", []) if is_native_row(s["server"])]
+    if not ses:
+        if any(is_native_row(r["server"]) for r in c.doc["results"]):
+            c.emit("TODO", name, "this run recorded no native server "
+                   "sessions (results from before the sessions were kept)")
+        else:
+            c.emit("n/a", name, "no native server in this run")
+        return
+    nostats = [s for s in ses if not s.get("stats") or
+               "bounced_bytes" not in s["stats"]]
+    if nostats:
+        c.emit("TODO", name, "%d of %d sessions printed no engine stats: "
+               "the check needs pdio serve to print 'stats: ... "
+               "bounced_bytes=N ...' (pdio_format_stats) on stderr when it "
+               "exits, and its 'block sizes MIN/PREF/MAX' line at start"
+               % (len(nostats), len(ses)))
+        return
+    aligned, mis = [], []
+    for s in ses:
+        pref = (s.get("block_sizes") or [0, ALIGN_CHECK])[1]
+        if all(JOB_BY_NAME[j].aligned(pref) for j in s["jobs"]):
+            aligned.append(s)
+        else:
+            mis.append(s)
+    if not aligned:
+        c.emit("n/a", name, "no session served only aligned jobs")
+    else:
+        bounced = [s for s in aligned if s["stats"]["bounced_bytes"]]
+        c.emit("PASS" if not bounced else "MISS", name,
+               "%d of %d aligned sessions bounced bytes%s (direct chunks: "
+               "%d)" % (len(bounced), len(aligned), "" if not bounced else
+                        ": " + ", ".join("%s rep %d: %d B" % (
+                            s["server"], s["rep"],
+                            s["stats"]["bounced_bytes"])
+                            for s in bounced[:6]),
+                        sum(s["stats"].get("direct", 0) for s in aligned)))
+    for s in mis:
+        c.info("  bounced in the misaligned session, %s rep %d"
+               % (s["server"], s["rep"]),
+               "%d B over %s (bounces only where the engine's direct-I/O "
+               "alignment is above 512)"
+               % (s["stats"]["bounced_bytes"], ",".join(s["jobs"])))
+
+
+def check_regression(c):
+    """The nbdkit front end against the published baseline."""
+    base = c.doc["meta"].get("baseline")
+    src = "given with --baseline" if base and base.get("given") else \
+        "recorded when the run started"
+    if not base:
+        base = load_baseline(PERF_MD)
+        src = "read now from %s (the run recorded none)" % \
+            os.path.relpath(PERF_MD, TOP)
+    if not base or not base.get("ratios"):
+        c.emit("TODO", "nbdkit front end: no regression",
+               "no published baseline (%s): %s" % (
+                   src, (base or {}).get("error", "no ratios found")))
+        return
+    c.info("nbdkit front end: baseline", "%s runs %s (%s); a repetition "
+           "regresses below %.0f%% of the published median"
+           % (base.get("source"), ", ".join(base.get("runs", [])) or "?",
+              src, REGRESSION_TOLERANCE * 100))
+    other = [x for x in base.get("cpus", []) if x != c.doc["meta"].get("cpu")]
+    if other:
+        c.emit("WARN", "nbdkit front end: baseline from another machine",
+               "published on %s, this run on %s: the bar compares machines "
+               "as well as builds (bench/syscalls.sh counts do not depend "
+               "on the CPU as much)" % (" and ".join(other),
+                                        c.doc["meta"].get("cpu")),
+               counted=False)
+    for name, j, ref in REGRESSION:
+        b = base["ratios"].get(name)
+        if not b:
+            c.emit("n/a", "no regression: " + name,
+                   "not in the published baseline")
+            continue
+        bm = statistics.median(b)
+        if ref == "qemu":
+            vals = c.per_rep(lambda r: c.val(r, "pdio", j) /
+                             c.best_qemu(r, j))
+        else:
+            vals = c.per_rep(lambda r: c.val(r, "pdio", j) /
+                             c.val(r, "raw", j))
+        c.verdict("no regression: " + name, vals,
+                  REGRESSION_TOLERANCE * bm,
+                  note="; published %.2fx [%s]" % (
+                      bm, " ".join("%.2f" % x for x in b)))
+    # Memory: stated against the published figure (WARN above 1.5x; not a
+    # target of its own, but the engine's per-thread pools multiply by
+    # nbdkit's 16 threads per connection).
+    rss = [r["rss_peak_kib"] / 1024 for r in c.doc["results"]
+           if r["server"] == "pdio" and r.get("rss_peak_kib")]
+    if rss and base.get("pdio_rss_mib"):
+        c.emit("WARN" if max(rss) > 1.5 * base["pdio_rss_mib"] else "INFO",
+               "nbdkit front end: peak RSS of pdio against published",
+               "%.1f MiB, published %.1f MiB (%.2fx)"
+               % (max(rss), base["pdio_rss_mib"],
+                  max(rss) / base["pdio_rss_mib"]), counted=False)
+
+
+RSS_LINE = re.compile(r"^INFO\s+peak RSS of pdio\s+([\d.]+) MiB", re.M)
+TARGET_LINE = re.compile(
+    r"^(?:PASS|MISS|MIXD|INFO)\s+(?:no regression: )?"
+    r"(pdio / (?:better qemu-nbd cache=none|raw), [\w-]+)\s+[\d.]+x .*?"
+    r"per repetition: ([\d. ]+)\)")
+
+
+def load_baseline(path):
+    """The nbdkit front end's published ratios: the per-repetition values
+    of the target lines in the results block of docs/performance.md (or
+    of a results.json / run directory), every published run pooled."""
+    if path and os.path.isdir(path):
+        path = os.path.join(path, "results.json")
+    if not path or not os.path.exists(path):
+        return {"error": "%s does not exist" % path}
+    if path.endswith(".json"):
+        with open(path) as f:
+            doc = json.load(f)
+        c = Checker(doc)
+        ratios = {}
+        for name, j, ref in REGRESSION:
+            if ref == "qemu":
+                v = c.per_rep(lambda r: c.val(r, "pdio", j) /
+                              c.best_qemu(r, j))
+            else:
+                v = c.per_rep(lambda r: c.val(r, "pdio", j) /
+                              c.val(r, "raw", j))
+            if v:
+                ratios[name] = v
+        rss = [r["rss_peak_kib"] / 1024 for r in doc["results"]
+               if r["server"] == "pdio" and r.get("rss_peak_kib")]
+        return {"source": os.path.relpath(path, TOP)
+                if path.startswith(TOP) else path,
+                "runs": [doc["meta"]["run_id"]], "ratios": ratios,
+                "pdio_rss_mib": max(rss) if rss else None,
+                "cpus": [doc["meta"].get("cpu")]}
+    text = read_file(path)
+    if BEGIN in text and END in text:
+        text = text[text.index(BEGIN):text.index(END)]
+    ratios, runs, rss, cpus = {}, [], [], []
+    for part in re.split(r"^### Run ", text, flags=re.M)[1:]:
+        runs.append(part.split()[0])
+        m = re.search(r"^- Machine: (.*?), \d+ CPUs", part, re.M)
+        if m and m[1] not in cpus:
+            cpus.append(m[1])
+        seen = {}       # a run's first line of each name (issue 11's check
+        for line in part.splitlines():  # repeats issue 5's as reference)
+            m = TARGET_LINE.match(line.strip())
+            if m and m[1] not in seen:
+                seen[m[1]] = [float(x) for x in m[2].split()]
+        for k, v in seen.items():
+            ratios.setdefault(k, []).extend(v)
+        m = RSS_LINE.search(part)
+        if m:
+            rss.append(float(m[1]))
+    return {"source": os.path.relpath(path, TOP) if path.startswith(TOP)
+            else path, "runs": runs, "ratios": ratios,
+            "pdio_rss_mib": max(rss) if rss else None, "cpus": cpus}
+
+
+def has_native(doc):
+    return any(is_native_row(r["server"]) for r in doc["results"])
+
+
+def check_lines(doc):
+    c = Checker(doc)
+    if has_native(doc):
+        check_issue11(c)
+        c.lines.append("---- issue 5's targets for the nbdkit front end, "
+                       "for reference (not counted) ----")
+        check_issue5(c, counted=False)
+    else:
+        check_issue5(c, counted=True)
+    return c.lines, c.all_ok
+
+
+def check_title(doc):
+    return "issue 11" if has_native(doc) else "issue 5"
 
 
 def check(doc):
     lines, ok = check_lines(doc)
-    print("Targets (issue 5), run %s:" % doc["meta"]["run_id"])
+    print("Targets (%s), run %s:" % (check_title(doc), doc["meta"]["run_id"]))
     for line in lines:
         print("  " + line)
     return ok
+
+
+def targets_table(docs):
+    """The counted targets of several runs side by side, in markdown: one
+    column per run (median, per-repetition values, the bar), and how many
+    repetitions met each (for docs/performance.md's targets section)."""
+    recs = []
+    for doc in docs:
+        c = Checker(doc)
+        if has_native(doc):
+            check_issue11(c)
+        else:
+            check_issue5(c, counted=True)
+        recs.append(c.records)
+    names = []
+    for r in recs:
+        names += [n for n in r if n not in names]
+    L = ["| target | " + " | ".join("run %s" % d["meta"]["run_id"]
+                                    for d in docs) + " | status |",
+         "|---|" + "---|" * len(docs) + "---|"]
+    for n in names:
+        cells, met, total, other, info = [], 0, 0, [], 0
+        for r in recs:
+            if n not in r:
+                cells.append("–")
+                other.append("n/a")
+                continue
+            tag, oks, cell = r[n]
+            cells.append(cell.replace("|", "/"))
+            if oks:
+                met += sum(1 for x in oks if x)
+                total += len(oks)
+            elif tag == "INFO":
+                info += 1
+            elif tag != "PASS":
+                other.append(tag)
+        if total:
+            status = "met in all %d repetitions" % total if met == total \
+                else ("**missed** in all %d repetitions" % total if not met
+                      else "met in %d of %d repetitions" % (met, total))
+        elif info and not [t for t in other if t != "n/a"]:
+            status = "stated"
+        else:
+            status = "met in all runs" if not other else \
+                "**%s**" % "/".join(sorted(set(other)))
+        L.append("| %s | %s | %s |" % (n, " | ".join(cells), status))
+    return "\n".join(L)
 
 
 # --------------------------------------------------------------------------
@@ -1126,6 +1760,8 @@ COLOURS = {
     "raw": "#555555", "null": "#bbbbbb",
     "pdio": "#08306b", "pdio-psync": "#2171b5", "pdio-t32": "#4292c6",
     "pdio-a4k": "#6baed6",
+    "pdio-native": "#7a0177", "pdio-native-t1": "#c51b8a",
+    "pdio-native-t2": "#f768a1",
     "qemu-native": "#cb181d", "qemu-uring": "#fd8d3c",
     "file": "#238b45", "file-nocache": "#a1d99b", "nbd-server": "#6a51a3",
 }
@@ -1282,9 +1918,22 @@ def main():
     p.add_argument("--dir", default=env("BENCH_DIR", "/var/tmp/pdio-bench"),
                    help="where the image lives (BENCH_DIR)")
     p.add_argument("--servers", help="comma list (default: all): " +
-                   ", ".join(s.name for s in servers("IMG", 0)))
+                   ", ".join(s.name for s in servers("IMG", 0)) +
+                   "; also pdio-tN, pdio-native-tN, and issue11 (= " +
+                   ",".join(ISSUE11_SERVERS) + ")")
     p.add_argument("--jobs", help="comma list (default: all): " +
                    ", ".join(JOB_BY_NAME))
+    p.add_argument("--pdio", metavar="PATH",
+                   help="the pdio CLI whose 'pdio serve' the pdio-native rows "
+                        "run (PDIO_CLI; default: this tree's src/cli/pdio)")
+    p.add_argument("--plugin", metavar="PATH",
+                   help="the nbdkit plugin of the pdio rows (PDIO_PLUGIN; "
+                        "default: this tree's plugin/.libs/pdio.so)")
+    p.add_argument("--baseline", metavar="FILE",
+                   help="the nbdkit front end's published ratios for 'no "
+                        "regression': a docs/performance.md or a results.json"
+                        " / run directory (default: docs/performance.md, "
+                        "read when the run starts)")
     p.add_argument("--no-perf", dest="perf", action="store_false",
                    help="do not count server context switches with perf")
     p.add_argument("--publish", action="store_true",
@@ -1293,16 +1942,37 @@ def main():
                         "jobs, 2+ repetitions)")
     p.add_argument("--check", nargs="?", const="", metavar="RESULTS",
                    help="evaluate the targets from a results.json or run "
-                        "directory (default: the latest run); no benchmark")
+                        "directory (default: the latest run; several, "
+                        "comma-separated, also get a markdown table of the "
+                        "targets side by side); no benchmark")
     p.add_argument("--report", nargs="?", const="", metavar="RESULTS",
                    help="re-render summary.md and the chart from results "
                         "(several runs, comma-separated: with --publish, "
                         "all of them go into docs/performance.md)")
     args = p.parse_args()
+    global PDIO_CLI, PLUGIN
+    if args.pdio:
+        PDIO_CLI = os.path.abspath(args.pdio)
+    if args.plugin:
+        PLUGIN = os.path.abspath(args.plugin)
 
     if args.check is not None:
-        doc, _ = load_results(args.check or None)
-        return 0 if check(doc) else 3
+        # Several runs (comma-separated): each one's check, then the
+        # targets of all of them side by side; exit 3 unless all pass.
+        docs, ok = [], True
+        for one in args.check.split(",") if args.check else [None]:
+            doc, _ = load_results(one)
+            if args.baseline:
+                doc["meta"]["baseline"] = load_baseline(os.path.abspath(
+                    args.baseline))
+                doc["meta"]["baseline"]["given"] = True
+            ok = check(doc) and ok
+            docs.append(doc)
+            print()
+        if len(docs) > 1:
+            print("Targets of the %d runs (markdown):\n" % len(docs))
+            print(targets_table(docs))
+        return 0 if ok else 3
     if args.report is not None:
         # RESULTS may name several runs (comma-separated): --publish puts
         # all of them in docs/performance.md, in that order.
