@@ -187,6 +187,14 @@ worker_main (void *arg_)
                 "needs it (pdio serve --nbdkit does not)");
     err = -ENOSYS;
   }
+  /* A request of the maximum size must always be able to get memory,
+   * or a connection that sends one would wait for it forever.
+   */
+  if (err == 0 && pdio_buf_max (w->t) < NBD_MAX_PAYLOAD) {
+    worker_log (w, LOG_ERROR, "a pool of %zu bytes cannot hold a request of "
+                "%u bytes", w->ctx->pool_bytes, NBD_MAX_PAYLOAD);
+    err = -EINVAL;
+  }
   if (err == 0 && !arm_event (w))
     err = -EIO;
   w->now = monotonic_seconds ();
