@@ -11,7 +11,18 @@
  *
  * Requests are asynchronous (pdio_submit: starts, returns at once, calls
  * req->done from pdio_thread_poll); pdio_read/pdio_write/... are
- * start-and-wait wrappers over them.
+ * start-and-wait wrappers over them.  An event loop on one thread:
+ *
+ *   pdio_thread_new (img, &(struct pdio_thread_config) { 0 }, &t);
+ *   for (;;) {
+ *     // socket I/O: sqe = pdio_thread_sqe (t); prep it;
+ *     //   io_uring_sqe_set_data (sqe, &conn->recv_completion);
+ *     // a request parsed: payload = pdio_buf_get (t, len) (NULL: stop
+ *     //   reading this connection until the on_buf_free callback), then
+ *     //   req->op/flags/offset/count/buf/done set; pdio_submit (t, req);
+ *     pdio_thread_poll (t, 1, NULL);   // submits, waits, dispatches
+ *   }
+ *   // req->done (req, err) runs inside poll: queue the reply's SQE there.
  */
 #ifndef PDIO_ENGINE_H
 #define PDIO_ENGINE_H

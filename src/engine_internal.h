@@ -147,14 +147,13 @@ extern int backend_uring_available (void);
 extern void thread_set_backend (struct pdio_thread *t,
                                 const struct io_backend *b, void *state);
 
-/* Internal request flag: a bare direct read or write of the request's
+/* pdio_submit, or with raw a bare direct read or write of the request's
  * range -- no range check, file check, lock or tail handling (the
- * planner's tests and fuzzer, on a memory disk).
+ * planner's tests and fuzzer, on a memory disk) (req.c).
  */
-#define ENGINE_RAW (1u << 31)
+extern void req_start (struct pdio_thread *t, struct pdio_req *r, bool raw);
 
-/* Start-and-wait (sync.c); exported for the tests' raw requests. */
-extern int engine_run (struct pdio_thread *t, struct pdio_req *r);
+/* Start-and-wait (sync.c); engine_rw_direct for the tests' raw requests. */
 extern int engine_rw_direct (struct pdio_thread *t, bool write, char *buf,
                              size_t count, uint64_t offset);
 

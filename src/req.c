@@ -566,6 +566,12 @@ flush_synced (struct req_state *rs, int res)
 void
 pdio_submit (struct pdio_thread *t, struct pdio_req *r)
 {
+  req_start (t, r, false);
+}
+
+void
+req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
+{
   struct req_state *rs = state_of (r);
   struct pdio_image *img = t->img;
   int err;
@@ -578,7 +584,7 @@ pdio_submit (struct pdio_thread *t, struct pdio_req *r)
   rs->err = 0;
   t->requests++;
 
-  if (r->flags & ENGINE_RAW) {
+  if (raw) {
     rw_run (rs, r->op == PDIO_OP_WRITE, r->buf, r->offset, r->count, 0,
             req_done_ok);
     return;
