@@ -633,6 +633,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     req_issue (rs, SYSOP_FDATASYNC, 0, 0, 0, flush_synced);
     return;
 
+  case PDIO_OP_EXTENTS:         /* synchronous: pdio_extents */
   default:
     err = -EINVAL;
     break;
