@@ -510,6 +510,13 @@ test_backpressure (enum pdio_backend backend)
           run.submitted, run.reads_checked);
   CHECK (t->pool.bounce.free_pages == t->pool.bounce.npages,
          "bounce memory not all given back");
+  /* Given back and merged again: the whole region is one block. */
+  {
+    void *all = pool_get_bounce (&t->pool, pdio_thread_bounce_bytes (img));
+
+    CHECK (all != NULL, "the bounce region did not coalesce");
+    pool_put (&t->pool, all, pdio_thread_bounce_bytes (img));
+  }
   pdio_thread_free (t);
 
   /* pdio_buf_get: NULL when the buffer region is empty, the callback
