@@ -88,6 +88,7 @@ struct pdio_thread {
   struct thread_work *work, **work_tail;
   /* Work queued by other threads (range lock grants). */
   pthread_mutex_t remote_lock;
+  pthread_cond_t remote_cond;   /* for thread_wait_remote */
   struct thread_work *remote, **remote_tail;
   atomic_bool remote_pending;
   int efd;                      /* eventfd: remote work arrived */
@@ -141,6 +142,15 @@ extern void engine_whole_units (const struct pdio_image *img, uint64_t offset,
 extern void *thread_get_bounce (struct pdio_thread *t, size_t len);
 extern void thread_put_bounce (struct pdio_thread *t, void *mem, size_t len);
 extern void thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w);
+/* Sleeps until another thread queued work for t (a range lock grant).
+ * For the start-and-wait API while its request waits for a range: a plain
+ * futex wait, not a ring wait that depends on another thread (valgrind,
+ * for one, holds its big lock across io_uring_enter).
+ */
+extern void thread_wait_remote (struct pdio_thread *t);
+/* Is r queued behind another range (req.c)? */
+extern bool req_waits_for_lock (struct pdio_req *r);
+
 /* Can this process use io_uring at all?  0 or -errno (ring.c). */
 extern int backend_uring_available (void);
 /* For tests: the image's I/O through b (synchronous) instead of the ring. */

@@ -122,6 +122,7 @@ req_sync_then (struct req_state *rs, req_step *then)
 static void
 locked_go (struct req_state *rs)
 {
+  rs->lock_waiting = false;
   rs->locked = true;
   rs->after_lock (rs);
 }
@@ -145,9 +146,17 @@ lock_then (struct req_state *rs, uint64_t offset, uint64_t count,
 
   engine_write_span (rs->img, offset, count, &start, &end);
   rs->after_lock = then;
+  /* Set before the entry is visible to other threads' releases. */
+  rs->lock_waiting = true;
   if (range_lock_try_acquire (&rs->img->lock, &rs->lock, start, end,
                               lock_granted))
     locked_go (rs);
+}
+
+bool
+req_waits_for_lock (struct pdio_req *r)
+{
+  return state_of (r)->lock_waiting;
 }
 
 /* ---- direct I/O, chunk by chunk ----------------------------------------------- */
@@ -580,6 +589,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   rs->t = t;
   rs->img = img;
   rs->locked = false;
+  rs->lock_waiting = false;
   rs->bounce = NULL;
   rs->err = 0;
   t->requests++;

@@ -35,7 +35,14 @@ wait_for (struct pdio_thread *t, struct pdio_req *r, bool raw)
   r->done = waiter_done;
   req_start (t, r, raw);
   while (!w->finished) {
-    int n = pdio_thread_poll (t, 1, NULL);
+    int n;
+
+    /* Queued behind another thread's range: nothing of ours is on the
+     * ring, and the grant comes from that thread.
+     */
+    if (req_waits_for_lock (r))
+      thread_wait_remote (t);
+    n = pdio_thread_poll (t, 1, NULL);
 
     if (n < 0 && n != -EINTR) {
       /* The request's I/O uses the caller's memory: returning with any of
