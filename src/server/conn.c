@@ -8,9 +8,9 @@
  * it is checked (proto.c); a READ or WRITE gets pool memory of its length
  * (pdio_buf_get: page-aligned, so the engine does direct I/O on it), a
  * WRITE's payload is received straight into that memory and handed to the
- * engine as is; the engine's completion queues the reply, and a READ's
- * reply goes out as its header and data in one sendmsg, batched with
- * whatever other replies are queued.  The memory goes back to the pool
+ * engine as is; the engine's completion queues the reply, and once the
+ * round of completions is dispatched, a READ's reply goes out as its
+ * header and data in one sendmsg, batched with every other queued reply.  The memory goes back to the pool
  * when the engine is done (WRITE) or the reply is sent (READ).  Replies go
  * out in completion order, not request order.
  *
@@ -71,6 +71,8 @@ struct conn {
   struct conn *prev, *next;     /* the worker's connections */
   struct conn *stall_next;
   bool on_stall_list;
+  struct conn *send_next;       /* the worker's list of replies to send */
+  bool on_send_list;
 
   struct nbd_handshake *hs;     /* during the handshake only */
   size_t hs_sent;
@@ -231,6 +233,20 @@ unlink_stalled (struct conn *c)
   c->on_stall_list = false;
 }
 
+static void
+unlink_send (struct conn *c)
+{
+  struct conn **p = &c->w->to_send;
+
+  if (!c->on_send_list)
+    return;
+  while (*p && *p != c)
+    p = &(*p)->send_next;
+  if (*p)
+    *p = c->send_next;
+  c->on_send_list = false;
+}
+
 /* Drops the replies not being sent right now. */
 static void
 drop_queue (struct conn *c)
@@ -263,6 +279,7 @@ maybe_free (struct conn *c)
     free (q);
   }
   unlink_stalled (c);
+  unlink_send (c);
   if (w->ctx->log.debug) {
     /* As the plugin does at each close: the tests read these. */
     struct pdio_stats st;
@@ -341,7 +358,14 @@ queue_reply (struct conn *c, struct req *q)
   else
     c->tx_head = q;
   c->tx_tail = q;
-  tx_kick (c);
+  /* Sent when this round of completions is dispatched (conn_send), so
+   * the replies of requests that finish together share one sendmsg.
+   */
+  if (!c->on_send_list && !c->tx_pending) {
+    c->send_next = c->w->to_send;
+    c->w->to_send = c;
+    c->on_send_list = true;
+  }
 }
 
 /* The reply's header (and payload) from its error or result.  Structured
@@ -826,6 +850,13 @@ conn_stop (struct conn *c)
 }
 
 void
+conn_send (struct conn *c)
+{
+  c->on_send_list = false;
+  tx_kick (c);
+}
+
+void
 conn_resume (struct conn *c)
 {
   c->on_stall_list = false;
@@ -863,4 +894,10 @@ struct conn *
 conn_next_stalled (const struct conn *c)
 {
   return c->stall_next;
+}
+
+struct conn *
+conn_next_to_send (const struct conn *c)
+{
+  return c->send_next;
 }

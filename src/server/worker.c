@@ -8,7 +8,8 @@
  *
  * The loop: wait for completions (at most a second, for the watchdog),
  * dispatch them (pdio_thread_poll calls each completion's function),
- * retry connections stalled for memory, and once a second drop the
+ * retry connections stalled for memory, send the replies that round
+ * queued (one sendmsg per connection), and once a second drop the
  * connections that stopped making progress.
  */
 #include <config.h>
@@ -123,6 +124,18 @@ resume_stalled (struct worker *w)
 }
 
 static void
+send_replies (struct worker *w)
+{
+  struct conn *c = w->to_send, *next;
+
+  w->to_send = NULL;
+  for (; c; c = next) {
+    next = conn_next_to_send (c);
+    conn_send (c);
+  }
+}
+
+static void
 watchdog (struct worker *w)
 {
   struct conn *c, *next;
@@ -151,6 +164,9 @@ loop (struct worker *w)
     w->now = monotonic_seconds ();
     if (w->stalled)
       resume_stalled (w);
+    /* After resuming: a resumed request may have been refused at once. */
+    if (w->to_send)
+      send_replies (w);
     if (w->now != last) {
       last = w->now;
       watchdog (w);
