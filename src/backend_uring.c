@@ -2,8 +2,8 @@
  * on the thread's ring (ring.c owns the ring and dispatches the CQEs).
  * The image is fixed file 0 and the pool fixed buffer 0 where registering
  * them worked; a transfer that is one run of the pool goes as
- * READ/WRITE_FIXED (no per-I/O page pinning), anything else as
- * READV/WRITEV.  fdatasync, fallocate and the tail's sync_file_range and
+ * READ/WRITE_FIXED (no per-I/O page pinning), another single run as
+ * READ/WRITE, anything else as READV/WRITEV.  fdatasync, fallocate and the tail's sync_file_range and
  * fadvise are io_uring opcodes too, so no step of a request blocks the
  * thread.
  */
@@ -30,6 +30,18 @@ uring_prep (struct io_uring_sqe *sqe, const struct sysop *op, int fd,
       else
         io_uring_prep_read_fixed (sqe, target, op->iov[0].iov_base,
                                   op->iov[0].iov_len, op->offset, 0);
+      sqe->rw_flags = op->flags;
+    }
+    else if (op->iovcnt == 1) {
+      /* One run (an aligned request, a bounce slice): the plain op, no
+       * iovec for the kernel to copy in.
+       */
+      if (op->kind == SYSOP_WRITEV)
+        io_uring_prep_write (sqe, target, op->iov[0].iov_base,
+                             op->iov[0].iov_len, op->offset);
+      else
+        io_uring_prep_read (sqe, target, op->iov[0].iov_base,
+                            op->iov[0].iov_len, op->offset);
       sqe->rw_flags = op->flags;
     }
     else if (op->kind == SYSOP_WRITEV)

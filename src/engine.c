@@ -50,7 +50,7 @@ pdio_check_range (const struct pdio_image *img, enum pdio_op op,
 
   switch (op) {
   case PDIO_OP_READ: case PDIO_OP_WRITE: case PDIO_OP_ZERO:
-  case PDIO_OP_TRIM: case PDIO_OP_FLUSH:
+  case PDIO_OP_TRIM: case PDIO_OP_FLUSH: case PDIO_OP_EXTENTS:
     break;
   default:
     return -EINVAL;

@@ -11,7 +11,18 @@
  *
  * Requests are asynchronous (pdio_submit: starts, returns at once, calls
  * req->done from pdio_thread_poll); pdio_read/pdio_write/... are
- * start-and-wait wrappers over them.
+ * start-and-wait wrappers over them.  An event loop on one thread:
+ *
+ *   pdio_thread_new (img, &(struct pdio_thread_config) { 0 }, &t);
+ *   for (;;) {
+ *     // socket I/O: sqe = pdio_thread_sqe (t); prep it;
+ *     //   io_uring_sqe_set_data (sqe, &conn->recv_completion);
+ *     // a request parsed: payload = pdio_buf_get (t, len) (NULL: stop
+ *     //   reading this connection until the on_buf_free callback), then
+ *     //   req->op/flags/offset/count/buf/done set; pdio_submit (t, req);
+ *     pdio_thread_poll (t, 1, NULL);   // submits, waits, dispatches
+ *   }
+ *   // req->done (req, err) runs inside poll: queue the reply's SQE there.
  */
 #ifndef PDIO_ENGINE_H
 #define PDIO_ENGINE_H
@@ -177,6 +188,8 @@ extern void pdio_thread_on_buf_free (struct pdio_thread *t,
 
 enum pdio_op {
   PDIO_OP_READ, PDIO_OP_WRITE, PDIO_OP_ZERO, PDIO_OP_TRIM, PDIO_OP_FLUSH,
+  PDIO_OP_EXTENTS,              /* pdio_check_range only: extents are the
+                                   synchronous pdio_extents */
 };
 
 /* The engine's state of a request; its layout is private to src/req.c. */
@@ -215,8 +228,8 @@ extern void pdio_submit (struct pdio_thread *t, struct pdio_req *r);
 /* The NBD spec's errno rules for a request's range, in one place (also for
  * a front end that must refuse a request before reading its payload):
  * EPERM for write/zero/trim on a read-only image, EINVAL for read/write
- * over the maximum request size, EINVAL for read/trim (and extents) past
- * the end, ENOSPC for write/zero past the end.  0 if it may go on.
+ * over the maximum request size, EINVAL for read/trim/extents past the
+ * end, ENOSPC for write/zero past the end.  0 if it may go on.
  */
 extern int pdio_check_range (const struct pdio_image *img, enum pdio_op op,
                              uint64_t offset, uint64_t count);

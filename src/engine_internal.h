@@ -88,6 +88,7 @@ struct pdio_thread {
   struct thread_work *work, **work_tail;
   /* Work queued by other threads (range lock grants). */
   pthread_mutex_t remote_lock;
+  pthread_cond_t remote_cond;   /* for thread_wait_remote */
   struct thread_work *remote, **remote_tail;
   atomic_bool remote_pending;
   int efd;                      /* eventfd: remote work arrived */
@@ -141,20 +142,28 @@ extern void engine_whole_units (const struct pdio_image *img, uint64_t offset,
 extern void *thread_get_bounce (struct pdio_thread *t, size_t len);
 extern void thread_put_bounce (struct pdio_thread *t, void *mem, size_t len);
 extern void thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w);
+/* Sleeps until another thread queued work for t (a range lock grant).
+ * For the start-and-wait API while its request waits for a range: a plain
+ * futex wait, not a ring wait that depends on another thread (valgrind,
+ * for one, holds its big lock across io_uring_enter).
+ */
+extern void thread_wait_remote (struct pdio_thread *t);
+/* Is r queued behind another range (req.c)? */
+extern bool req_waits_for_lock (struct pdio_req *r);
+
 /* Can this process use io_uring at all?  0 or -errno (ring.c). */
 extern int backend_uring_available (void);
 /* For tests: the image's I/O through b (synchronous) instead of the ring. */
 extern void thread_set_backend (struct pdio_thread *t,
                                 const struct io_backend *b, void *state);
 
-/* Internal request flag: a bare direct read or write of the request's
+/* pdio_submit, or with raw a bare direct read or write of the request's
  * range -- no range check, file check, lock or tail handling (the
- * planner's tests and fuzzer, on a memory disk).
+ * planner's tests and fuzzer, on a memory disk) (req.c).
  */
-#define ENGINE_RAW (1u << 31)
+extern void req_start (struct pdio_thread *t, struct pdio_req *r, bool raw);
 
-/* Start-and-wait (sync.c); exported for the tests' raw requests. */
-extern int engine_run (struct pdio_thread *t, struct pdio_req *r);
+/* Start-and-wait (sync.c); engine_rw_direct for the tests' raw requests. */
 extern int engine_rw_direct (struct pdio_thread *t, bool write, char *buf,
                              size_t count, uint64_t offset);
 

@@ -16,11 +16,8 @@ pdio_extents (struct pdio_image *img, size_t count, uint64_t offset,
 {
   const uint64_t end = offset + count;
   uint64_t pos = offset;
-  /* Past the end: a read's rule (EINVAL). */
-  int r = pdio_check_range (img, PDIO_OP_READ, offset, 0);
+  int r = pdio_check_range (img, PDIO_OP_EXTENTS, offset, count);
 
-  if (r == 0 && count > img->geo.size - offset)
-    r = -EINVAL;
   if (r < 0)
     return r;
 

@@ -122,6 +122,7 @@ req_sync_then (struct req_state *rs, req_step *then)
 static void
 locked_go (struct req_state *rs)
 {
+  rs->lock_waiting = false;
   rs->locked = true;
   rs->after_lock (rs);
 }
@@ -145,9 +146,17 @@ lock_then (struct req_state *rs, uint64_t offset, uint64_t count,
 
   engine_write_span (rs->img, offset, count, &start, &end);
   rs->after_lock = then;
+  /* Set before the entry is visible to other threads' releases. */
+  rs->lock_waiting = true;
   if (range_lock_try_acquire (&rs->img->lock, &rs->lock, start, end,
                               lock_granted))
     locked_go (rs);
+}
+
+bool
+req_waits_for_lock (struct pdio_req *r)
+{
+  return state_of (r)->lock_waiting;
 }
 
 /* ---- direct I/O, chunk by chunk ----------------------------------------------- */
@@ -566,6 +575,12 @@ flush_synced (struct req_state *rs, int res)
 void
 pdio_submit (struct pdio_thread *t, struct pdio_req *r)
 {
+  req_start (t, r, false);
+}
+
+void
+req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
+{
   struct req_state *rs = state_of (r);
   struct pdio_image *img = t->img;
   int err;
@@ -574,11 +589,12 @@ pdio_submit (struct pdio_thread *t, struct pdio_req *r)
   rs->t = t;
   rs->img = img;
   rs->locked = false;
+  rs->lock_waiting = false;
   rs->bounce = NULL;
   rs->err = 0;
   t->requests++;
 
-  if (r->flags & ENGINE_RAW) {
+  if (raw) {
     rw_run (rs, r->op == PDIO_OP_WRITE, r->buf, r->offset, r->count, 0,
             req_done_ok);
     return;
@@ -627,6 +643,7 @@ pdio_submit (struct pdio_thread *t, struct pdio_req *r)
     req_issue (rs, SYSOP_FDATASYNC, 0, 0, 0, flush_synced);
     return;
 
+  case PDIO_OP_EXTENTS:         /* synchronous: pdio_extents */
   default:
     err = -EINVAL;
     break;

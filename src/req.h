@@ -33,6 +33,7 @@ struct req_state {
 
   struct range_lock_entry lock;
   bool locked;
+  bool lock_waiting;            /* queued behind another range */
   req_step *after_lock;
 
   /* write_range: a write of any range, direct part then image tail. */

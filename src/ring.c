@@ -49,12 +49,22 @@ thread_defer_any (struct pdio_thread *t, struct thread_work *w)
   *t->remote_tail = w;
   t->remote_tail = &w->next;
   atomic_store (&t->remote_pending, true);
+  pthread_cond_signal (&t->remote_cond);
   pthread_mutex_unlock (&t->remote_lock);
   if (was_empty) {
     uint64_t one = 1;
     /* Cannot fail but for overflow, which still leaves it readable. */
     if (write (t->efd, &one, sizeof one) < 0) { /* nothing to do */ }
   }
+}
+
+void
+thread_wait_remote (struct pdio_thread *t)
+{
+  pthread_mutex_lock (&t->remote_lock);
+  while (t->remote == NULL)
+    pthread_cond_wait (&t->remote_cond, &t->remote_lock);
+  pthread_mutex_unlock (&t->remote_lock);
 }
 
 /* Moves work other threads queued onto the local FIFO. */
@@ -420,6 +430,7 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   t->remote_tail = &t->remote;
   t->mem_waiters_tail = &t->mem_waiters;
   pthread_mutex_init (&t->remote_lock, NULL);
+  pthread_cond_init (&t->remote_cond, NULL);
   t->files = (struct psync_files) { img->fd, img->tail_fd };
   t->backend = &backend_psync;
   t->backend_state = &t->files;
@@ -484,5 +495,6 @@ pdio_thread_free (struct pdio_thread *t)
   if (t->efd >= 0)
     close (t->efd);
   pthread_mutex_destroy (&t->remote_lock);
+  pthread_cond_destroy (&t->remote_cond);
   free (t);
 }

@@ -26,16 +26,23 @@ waiter_done (struct pdio_req *r, int err)
   w->finished = true;
 }
 
-int
-engine_run (struct pdio_thread *t, struct pdio_req *r)
+static int
+wait_for (struct pdio_thread *t, struct pdio_req *r, bool raw)
 {
   struct waiter *w = container_of (r, struct waiter, r);
 
   w->finished = false;
   r->done = waiter_done;
-  pdio_submit (t, r);
+  req_start (t, r, raw);
   while (!w->finished) {
-    int n = pdio_thread_poll (t, 1, NULL);
+    int n;
+
+    /* Queued behind another thread's range: nothing of ours is on the
+     * ring, and the grant comes from that thread.
+     */
+    if (req_waits_for_lock (r))
+      thread_wait_remote (t);
+    n = pdio_thread_poll (t, 1, NULL);
 
     if (n < 0 && n != -EINTR) {
       /* The request's I/O uses the caller's memory: returning with any of
@@ -50,15 +57,22 @@ engine_run (struct pdio_thread *t, struct pdio_req *r)
 }
 
 static int
-run (struct pdio_thread *t, enum pdio_op op, unsigned flags, void *buf,
-     size_t count, uint64_t offset)
+run_raw (struct pdio_thread *t, enum pdio_op op, unsigned flags, void *buf,
+         size_t count, uint64_t offset, bool raw)
 {
   struct waiter w = {
     .r = { .op = op, .flags = flags, .buf = buf, .count = count,
            .offset = offset },
   };
 
-  return engine_run (t, &w.r);
+  return wait_for (t, &w.r, raw);
+}
+
+static int
+run (struct pdio_thread *t, enum pdio_op op, unsigned flags, void *buf,
+     size_t count, uint64_t offset)
+{
+  return run_raw (t, op, flags, buf, count, offset, false);
 }
 
 int
@@ -99,6 +113,6 @@ int
 engine_rw_direct (struct pdio_thread *t, bool write, char *buf, size_t count,
                   uint64_t offset)
 {
-  return run (t, write ? PDIO_OP_WRITE : PDIO_OP_READ, ENGINE_RAW, buf,
-              count, offset);
+  return run_raw (t, write ? PDIO_OP_WRITE : PDIO_OP_READ, 0, buf, count,
+                  offset, true);
 }

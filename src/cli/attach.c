@@ -271,7 +271,13 @@ read_pidfile (const char *path)
   return pid;
 }
 
-/* nbdkit as a daemon, until it answers on its socket. */
+static unsigned default_connections (void);
+
+/* The server as a daemon, until it answers on its socket.  pdio's own
+ * server gets one worker thread per connection the kernel will make: each
+ * worker has its own ring and pool, and more workers than connections
+ * would only hold memory.
+ */
 static bool
 start_server (const struct attach_opts *o, struct attach *a,
               struct server_info *info)
@@ -280,6 +286,7 @@ start_server (const struct attach_opts *o, struct attach *a,
     .nbdkit = a->nbdkit, .plugin = plugin_name (o->plugin),
     .image = a->image, .socket = a->rec.socket, .pidfile = a->pidfile,
     .readonly = o->readonly, .native = !o->nbdkit, .pdio = a->self,
+    .threads = o->connections ? o->connections : default_connections (),
   };
   const char *name = o->nbdkit ? "nbdkit" : "pdio serve";
   struct server_cmd cmd;

@@ -145,6 +145,7 @@ struct server_opts {
   const char *align, *backend;  /* plugin parameters, or NULL */
   bool native;                  /* pdio's own server: pdio serve */
   const char *pdio;             /* native: this pdio's path */
+  unsigned threads;             /* native: worker threads (0: default) */
 };
 struct server_info {
   uint64_t size;
@@ -159,7 +160,7 @@ struct server_info {
 struct server_cmd {
   const char *argv[24];
   char file_arg[PATH_MAX + 8];
-  char align_arg[32], backend_arg[32];
+  char align_arg[32], backend_arg[32], threads_arg[16];
 };
 extern void server_argv (const struct server_opts *o, struct server_cmd *c);
 /* Connects with libnbd (to the unix socket, or to localhost:port if socket

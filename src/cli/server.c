@@ -38,6 +38,11 @@ native_argv (const struct server_opts *o, struct server_cmd *c)
   argv[i++] = o->socket;
   if (o->readonly)
     argv[i++] = "--read-only";
+  if (o->threads) {
+    snprintf (c->threads_arg, sizeof c->threads_arg, "%u", o->threads);
+    argv[i++] = "--threads";
+    argv[i++] = c->threads_arg;
+  }
   argv[i++] = "--";
   argv[i++] = o->image;
   argv[i] = NULL;

@@ -8,9 +8,9 @@
  * it is checked (proto.c); a READ or WRITE gets pool memory of its length
  * (pdio_buf_get: page-aligned, so the engine does direct I/O on it), a
  * WRITE's payload is received straight into that memory and handed to the
- * engine as is; the engine's completion queues the reply, and a READ's
- * reply goes out as its header and data in one sendmsg, batched with
- * whatever other replies are queued.  The memory goes back to the pool
+ * engine as is; the engine's completion queues the reply, and once the
+ * round of completions is dispatched, a READ's reply goes out as its
+ * header and data in one sendmsg, batched with every other queued reply.  The memory goes back to the pool
  * when the engine is done (WRITE) or the reply is sent (READ).  Replies go
  * out in completion order, not request order.
  *
@@ -71,6 +71,8 @@ struct conn {
   struct conn *prev, *next;     /* the worker's connections */
   struct conn *stall_next;
   bool on_stall_list;
+  struct conn *send_next;       /* the worker's list of replies to send */
+  bool on_send_list;
 
   struct nbd_handshake *hs;     /* during the handshake only */
   size_t hs_sent;
@@ -119,6 +121,20 @@ static struct pdio_thread *
 thr (const struct conn *c)
 {
   return c->w->t;
+}
+
+/* What pdio_buf_get (len) takes from the pool: a power-of-two number of
+ * 4 KiB pages (engine.h).  Connections account for this, so their bound
+ * is in real pool memory.
+ */
+static size_t
+pool_cost (size_t len)
+{
+  size_t pages = (len + 4095) / 4096, p = 1;
+
+  while (p < pages)
+    p <<= 1;
+  return p * 4096;
 }
 
 /* An SQE, or NULL with the connection hung up (the ring cannot submit:
@@ -185,7 +201,7 @@ release_buf (struct req *q)
 
   if (q->buf) {
     pdio_buf_put (thr (c), q->buf, q->buf_len);
-    c->pool_held -= q->buf_len;
+    c->pool_held -= pool_cost (q->buf_len);
     q->buf = NULL;
     q->payload = NULL;
   }
@@ -215,6 +231,20 @@ unlink_stalled (struct conn *c)
   if (*p)
     *p = c->stall_next;
   c->on_stall_list = false;
+}
+
+static void
+unlink_send (struct conn *c)
+{
+  struct conn **p = &c->w->to_send;
+
+  if (!c->on_send_list)
+    return;
+  while (*p && *p != c)
+    p = &(*p)->send_next;
+  if (*p)
+    *p = c->send_next;
+  c->on_send_list = false;
 }
 
 /* Drops the replies not being sent right now. */
@@ -249,6 +279,7 @@ maybe_free (struct conn *c)
     free (q);
   }
   unlink_stalled (c);
+  unlink_send (c);
   if (w->ctx->log.debug) {
     /* As the plugin does at each close: the tests read these. */
     struct pdio_stats st;
@@ -327,7 +358,14 @@ queue_reply (struct conn *c, struct req *q)
   else
     c->tx_head = q;
   c->tx_tail = q;
-  tx_kick (c);
+  /* Sent when this round of completions is dispatched (conn_send), so
+   * the replies of requests that finish together share one sendmsg.
+   */
+  if (!c->on_send_list && !c->tx_pending) {
+    c->send_next = c->w->to_send;
+    c->w->to_send = c;
+    c->on_send_list = true;
+  }
 }
 
 /* The reply's header (and payload) from its error or result.  Structured
@@ -639,7 +677,7 @@ start_request (struct conn *c)
       need = BLOCK_STATUS_BUF;
   }
   if (need) {
-    if (c->pool_held && c->pool_held + need > CONN_MAX_POOL_BYTES) {
+    if (c->pool_held && c->pool_held + pool_cost (need) > CONN_MAX_POOL_BYTES) {
       stall (c);
       return;
     }
@@ -659,7 +697,7 @@ start_request (struct conn *c)
   q->nbd = *r;
   q->buf = buf;
   q->buf_len = need;
-  c->pool_held += need;
+  c->pool_held += need ? pool_cost (need) : 0;
   c->rx = RX_HEADER;
 
   if (v.error) {
@@ -812,6 +850,13 @@ conn_stop (struct conn *c)
 }
 
 void
+conn_send (struct conn *c)
+{
+  c->on_send_list = false;
+  tx_kick (c);
+}
+
+void
 conn_resume (struct conn *c)
 {
   c->on_stall_list = false;
@@ -849,4 +894,10 @@ struct conn *
 conn_next_stalled (const struct conn *c)
 {
   return c->stall_next;
+}
+
+struct conn *
+conn_next_to_send (const struct conn *c)
+{
+  return c->send_next;
 }

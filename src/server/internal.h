@@ -71,6 +71,7 @@ struct worker {
   /* The worker thread's own. */
   struct conn *conns;           /* every live connection */
   struct conn *stalled;         /* waiting for pool memory or a slot */
+  struct conn *to_send;         /* replies queued, no send in flight */
   unsigned n_conns;
   bool stopping;
   time_t now;                   /* CLOCK_MONOTONIC seconds, per loop */
@@ -91,8 +92,10 @@ extern void worker_join (struct worker *w);
 extern void conn_new (struct worker *w, int fd);
 extern void conn_stop (struct conn *c);         /* the server is stopping */
 extern void conn_resume (struct conn *c);       /* retry a stalled read */
+extern void conn_send (struct conn *c);         /* send queued replies */
 extern void conn_watchdog (struct conn *c);
 extern struct conn *conn_next (const struct conn *c);
 extern struct conn *conn_next_stalled (const struct conn *c);
+extern struct conn *conn_next_to_send (const struct conn *c);
 
 #endif /* PDIO_SERVER_INTERNAL_H */

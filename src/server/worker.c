@@ -8,7 +8,8 @@
  *
  * The loop: wait for completions (at most a second, for the watchdog),
  * dispatch them (pdio_thread_poll calls each completion's function),
- * retry connections stalled for memory, and once a second drop the
+ * retry connections stalled for memory, send the replies that round
+ * queued (one sendmsg per connection), and once a second drop the
  * connections that stopped making progress.
  */
 #include <config.h>
@@ -123,6 +124,18 @@ resume_stalled (struct worker *w)
 }
 
 static void
+send_replies (struct worker *w)
+{
+  struct conn *c = w->to_send, *next;
+
+  w->to_send = NULL;
+  for (; c; c = next) {
+    next = conn_next_to_send (c);
+    conn_send (c);
+  }
+}
+
+static void
 watchdog (struct worker *w)
 {
   struct conn *c, *next;
@@ -151,6 +164,9 @@ loop (struct worker *w)
     w->now = monotonic_seconds ();
     if (w->stalled)
       resume_stalled (w);
+    /* After resuming: a resumed request may have been refused at once. */
+    if (w->to_send)
+      send_replies (w);
     if (w->now != last) {
       last = w->now;
       watchdog (w);
@@ -171,44 +187,129 @@ struct worker_arg {
   struct start *start;
 };
 
-static void *
-worker_main (void *arg_)
+/* The worker's engine context: its ring and its pool.  0 or -errno,
+ * with the reason logged.
+ */
+static int
+make_thread (struct worker *w)
 {
-  struct worker_arg *arg = arg_;
-  struct worker *w = arg->w;
-  struct start *st = arg->start;
   const struct pdio_thread_config cfg = { .pool_bytes = w->ctx->pool_bytes };
-  int err;
+  int err = pdio_thread_new (w->ctx->img, &cfg, &w->t);
 
-  err = pdio_thread_new (w->ctx->img, &cfg, &w->t);
+  if (err) {
+    worker_log (w, LOG_ERROR, "worker %u: %s", w->id, strerror (-err));
+    w->t = NULL;
+    return err;
+  }
   /* The sockets need the ring: without io_uring there is no server. */
-  if (err == 0 && pdio_thread_ring (w->t) == NULL) {
+  if (pdio_thread_ring (w->t) == NULL) {
     worker_log (w, LOG_ERROR, "io_uring is not available: pdio's own server "
                 "needs it (pdio serve --nbdkit does not)");
     err = -ENOSYS;
   }
-  if (err == 0 && !arm_event (w))
-    err = -EIO;
-  w->now = monotonic_seconds ();
+  /* A request of the maximum size must always be able to get memory,
+   * or a connection that sends one would wait for it forever.
+   */
+  else if (pdio_buf_max (w->t) < NBD_MAX_PAYLOAD) {
+    worker_log (w, LOG_ERROR, "a pool of %zu bytes cannot hold a request of "
+                "%u bytes", w->ctx->pool_bytes, NBD_MAX_PAYLOAD);
+    err = -EINVAL;
+  }
+  if (err) {
+    pdio_thread_free (w->t);
+    w->t = NULL;
+  }
+  return err;
+}
+
+/* Before the worker has a ring: blocks on the eventfd until a connection
+ * is handed over (true) or the server stops with none (false).
+ */
+static bool
+wait_first (struct worker *w)
+{
+  for (;;) {
+    uint64_t v;
+    bool conns, stop;
+
+    pthread_mutex_lock (&w->lock);
+    conns = w->n_incoming > 0;
+    stop = w->stop_requested;
+    pthread_mutex_unlock (&w->lock);
+    if (conns || stop)
+      return conns;
+    if (read (w->event_fd, &v, sizeof v) == -1 && errno != EINTR)
+      return false;
+  }
+}
+
+/* A worker whose context could not be made closes what it is handed. */
+static void
+refuse_all (struct worker *w)
+{
+  for (;;) {
+    bool stop;
+
+    pthread_mutex_lock (&w->lock);
+    for (size_t i = 0; i < w->n_incoming; i++)
+      close (w->incoming[i]);
+    w->n_incoming = 0;
+    stop = w->stop_requested;
+    pthread_mutex_unlock (&w->lock);
+    if (stop || !wait_first (w))
+      return;
+  }
+}
+
+static void
+report_start (struct start *st, int err)
+{
   pthread_mutex_lock (&st->lock);
   st->err = err;
   st->done = true;
   pthread_cond_signal (&st->cond);
   pthread_mutex_unlock (&st->lock);
-  if (err) {
-    if (w->t)
-      pdio_thread_free (w->t);
-    w->t = NULL;
-    return NULL;
-  }
-  free (arg);
+}
 
+/* Worker 0 makes its ring and pool at once, so that what would fail for
+ * every worker fails the start; the others make theirs when their first
+ * connection comes (pools are registered, so resident: a 16-CPU server
+ * with two clients holds two pools, not sixteen).
+ */
+static void *
+worker_main (void *arg_)
+{
+  struct worker_arg *arg = arg_;
+  struct worker *w = arg->w;
+  struct start *st = arg->start;      /* gone once reported */
+  int err;
+
+  w->now = monotonic_seconds ();
+  if (w->id == 0) {
+    err = make_thread (w);
+    report_start (st, err);
+    if (err)
+      return NULL;
+  }
+  else {
+    report_start (st, 0);
+    if (!wait_first (w))
+      goto done;
+    if (make_thread (w) != 0) {
+      refuse_all (w);
+      goto done;
+    }
+  }
+  w->now = monotonic_seconds ();
+  /* Takes what was handed over so far and queues the eventfd read. */
+  on_event (&w->event_c, 0, 0);
   loop (w);
   /* Connections the loop abandoned (ring failure) are leaked with their
    * fds closed by process exit; in the normal stop there are none.
    */
   pdio_thread_free (w->t);
   w->t = NULL;
+ done:
   worker_log (w, LOG_DEBUG, "worker %u: done", w->id);
   return NULL;
 }
@@ -236,20 +337,17 @@ worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
   pthread_cond_init (&st.cond, NULL);
   *arg = (struct worker_arg) { .w = w, .start = &st };
   err = -pthread_create (&w->thread, NULL, worker_main, arg);
-  if (err) {
-    free (arg);
-    arg = NULL;
+  if (err)
     goto fail;
-  }
   pthread_mutex_lock (&st.lock);
   while (!st.done)
     pthread_cond_wait (&st.cond, &st.lock);
   pthread_mutex_unlock (&st.lock);
+  free (arg);                   /* the thread is done with it */
+  arg = NULL;
   err = st.err;
   if (err) {
     pthread_join (w->thread, NULL);
-    free (arg);
-    arg = NULL;
     goto fail;
   }
   return 0;
