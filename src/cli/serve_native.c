@@ -160,9 +160,14 @@ serve_native (const struct native_serve *o)
     .error = log_error, .warning = log_warning,
     .debug = getenv ("PDIO_SERVER_DEBUG") ? log_debug : NULL,
   };
+  /* Testing, as the plugin's -D pdio.canary=1: free bounce pages are
+   * filled with PDIO_CANARY, so a leak of stale bounce memory shows.
+   */
+  const char *canary = getenv ("PDIO_BOUNCE_CANARY");
   const struct pdio_config cfg = {
     .file = o->image, .readonly = o->readonly, .backend = o->backend,
     .align = o->align, .log = log,
+    .bounce_canary = canary != NULL && strcmp (canary, "1") == 0,
   };
   struct announce a = { .o = o, .ready_fd = -1 };
   char description[PATH_MAX + 16], base[PATH_MAX];

@@ -190,8 +190,12 @@ _native_argv ()
 _start_native ()
 {
     _native_argv "$@"
-    echo "starting: $PDIO serve --exit-with-parent --socket $sock ${_native_args[*]}"
-    PDIO_SERVER_DEBUG=1 "$PDIO" serve --exit-with-parent --socket "$sock" \
+    # nbdkit's -D pdio.canary=1 is the environment's PDIO_BOUNCE_CANARY=1.
+    _canary=0
+    case " $nbdkit_flags " in *" -D pdio.canary=1 "*) _canary=1 ;; esac
+    echo "starting: PDIO_BOUNCE_CANARY=$_canary $PDIO serve --exit-with-parent --socket $sock ${_native_args[*]}"
+    PDIO_SERVER_DEBUG=1 PDIO_BOUNCE_CANARY=$_canary \
+        "$PDIO" serve --exit-with-parent --socket "$sock" \
         "${_native_args[@]}" > "$server_log" 2>&1 &
     server_pid=$!
     echo $server_pid > "$server_pidfile"
