@@ -425,21 +425,52 @@ interleave_run ()
     _client_run "$_l" interleave_io "${interleave_args:-}" "$_i" "$@"
 }
 
+# detail TEXT: inside a tap_case body, a figure for that case's result
+# line ("ok N - DESC: TEXT").
+detail ()
+{
+    echo "$*" > "${tmp:?detail needs make_tmpdir}/.tap-detail"
+}
+
 _tap_n=0
 tap_case ()
 {
     _desc=$1; shift
     _tap_n=$((_tap_n + 1))
     echo "# ---- $_tap_n: $_desc" >&2
+    rm -f "${tmp:-/nonexistent}/.tap-detail"
     set +e
     ( set -e; "$@" ) >&2
     _st=$?
     set -e
-    if [ $_st -eq 0 ]; then
-        echo "ok $_tap_n - $_desc"
-    else
-        echo "not ok $_tap_n - $_desc"
+    _detail=""
+    if [ -s "${tmp:-/nonexistent}/.tap-detail" ]; then
+        _detail=": $(cat "$tmp/.tap-detail")"
     fi
+    if [ $_st -eq 0 ]; then
+        echo "ok $_tap_n - $_desc$_detail"
+    else
+        echo "not ok $_tap_n - $_desc$_detail"
+    fi
+}
+
+# After stop_server_status (not inside a tap_case: a subshell cannot wait
+# for the server): it exited 0 and logged no error, failed assertion or
+# crash.  Warnings are counted for the record only.
+server_exited_clean ()
+{
+    _errors=$(grep -ciE ': error:|assertion .* failed|segmentation|corrupt' "$server_log" || :)
+    _warnings=$(grep -ci 'warning' "$server_log" || :)
+    detail "exit status $server_status, $_errors error and $_warnings warning lines in its log"
+    [ "$server_status" -eq 0 ] && [ "$_errors" -eq 0 ]
+}
+
+# fincore_zero FILE: none of FILE's pages in this machine's page cache.
+fincore_zero ()
+{
+    _pages=$(fincore -rno PAGES "$1")
+    detail "fincore: $_pages pages of $(basename "$1") resident"
+    [ "$_pages" = 0 ]
 }
 
 tap_done ()
