@@ -16,6 +16,18 @@
 /* ---- messages ---------------------------------------------------------- */
 
 void
+pdio_log_msg (void (*fn) (const char *, va_list), const char *fmt, ...)
+{
+  va_list args;
+
+  if (fn == NULL)
+    return;
+  va_start (args, fmt);
+  fn (fmt, args);
+  va_end (args);
+}
+
+void
 engine_log (const struct pdio_image *img, enum engine_log_level level,
             const char *fmt, ...)
 {

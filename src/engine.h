@@ -49,6 +49,13 @@ struct pdio_log {
   void (*debug) (const char *fmt, va_list args);
 };
 
+/* Sends a message to fn, one of a pdio_log's three, if it is set: the one
+ * way the engine and the servers built on it log.
+ */
+extern void pdio_log_msg (void (*fn) (const char *, va_list),
+                          const char *fmt, ...)
+  __attribute__ ((format (printf, 2, 3)));
+
 struct pdio_config {
   const char *file;             /* regular file or block device */
   bool readonly;                /* open read-only even if writable */

@@ -187,6 +187,12 @@ struct native_serve {
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
   bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
 };
+/* The "uri: ..." and "attach: nbd-client ..." lines pdio serve prints once
+ * it serves (the block size is the engine's alignment, within the kernel's
+ * limits), for either front end.
+ */
+extern void print_uri_and_attach (const char *socket, const char *port,
+                                  uint32_t dio_align, bool readonly);
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);
 

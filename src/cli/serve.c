@@ -135,34 +135,38 @@ parse (int argc, char **argv, struct serve_opts *o)
   return EXIT_OK;
 }
 
-static void
-print_how_to_attach (const struct serve_opts *o, const char *image,
-                     const struct server_info *info)
+void
+print_uri_and_attach (const char *socket, const char *port,
+                      uint32_t dio_align, bool readonly)
 {
-  uint32_t bs = info->dio_align < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE
-                                                 : info->dio_align;
+  uint32_t bs = dio_align < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE : dio_align;
   char host[256] = "HOST";
 
   if (bs > MAX_BLOCK_SIZE)
     bs = MAX_BLOCK_SIZE;
-  printf ("serving %s: %" PRIu64 " bytes, %s, direct-I/O alignment (NBD "
-          "preferred block size) %" PRIu32 "\n", image, info->size,
-          info->readonly ? "read-only" : "read-write", info->dio_align);
-  if (o->socket) {
-    printf ("uri: nbd+unix:///?socket=%s\n", o->socket);
+  if (socket) {
+    printf ("uri: nbd+unix:///?socket=%s\n", socket);
     printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            o->socket, bs, DEFAULT_CONNECTIONS,
-            info->readonly ? " -readonly" : "");
+            socket, bs, DEFAULT_CONNECTIONS, readonly ? " -readonly" : "");
   }
   else {
     if (gethostname (host, sizeof host) == -1)
       snprintf (host, sizeof host, "HOST");
-    printf ("uri: nbd://%s:%s/\n", host, o->port);
+    printf ("uri: nbd://%s:%s/\n", host, port);
     printf ("attach: nbd-client %s %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            host, o->port, bs, DEFAULT_CONNECTIONS,
-            info->readonly ? " -readonly" : "");
+            host, port, bs, DEFAULT_CONNECTIONS, readonly ? " -readonly" : "");
   }
   fflush (stdout);
+}
+
+static void
+print_how_to_attach (const struct serve_opts *o, const char *image,
+                     const struct server_info *info)
+{
+  printf ("serving %s: %" PRIu64 " bytes, %s, direct-I/O alignment (NBD "
+          "preferred block size) %" PRIu32 "\n", image, info->size,
+          info->readonly ? "read-only" : "read-write", info->dio_align);
+  print_uri_and_attach (o->socket, o->port, info->dio_align, info->readonly);
 }
 
 /* Runs until nbdkit exits; termination signals are passed on to it. */

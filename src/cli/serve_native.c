@@ -61,28 +61,11 @@ struct announce {
   int ready_fd;                 /* daemon: tell the first process */
 };
 
-/* The kernel's logical block size is the engine's alignment
- * (block_preferred), within what the nbd driver takes.
- */
-static uint32_t
-kernel_block_size (const struct pdio_info *info)
-{
-  uint32_t bs = info->block_preferred;
-
-  if (bs < MIN_BLOCK_SIZE)
-    bs = MIN_BLOCK_SIZE;
-  if (bs > MAX_BLOCK_SIZE)
-    bs = MAX_BLOCK_SIZE;
-  return bs;
-}
-
 static void
 ready (void *opaque)
 {
   struct announce *a = opaque;
   const struct native_serve *o = a->o;
-  uint32_t bs = kernel_block_size (&a->info);
-  char host[256];
 
   if (o->pidfile) {
     FILE *fp = fopen (o->pidfile, "we");
@@ -103,21 +86,8 @@ ready (void *opaque)
           a->info.readonly ? "read-only" : "read-write", a->info.block_min,
           a->info.block_preferred, a->info.block_max,
           a->info.backend == PDIO_BACKEND_PSYNC ? "psync" : "io_uring");
-  if (o->socket) {
-    printf ("uri: nbd+unix:///?socket=%s\n", o->socket);
-    printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            o->socket, bs, DEFAULT_CONNECTIONS,
-            a->info.readonly ? " -readonly" : "");
-  }
-  else {
-    if (gethostname (host, sizeof host) == -1)
-      snprintf (host, sizeof host, "HOST");
-    printf ("uri: nbd://%s:%s/\n", host, o->port);
-    printf ("attach: nbd-client %s %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            host, o->port, bs, DEFAULT_CONNECTIONS,
-            a->info.readonly ? " -readonly" : "");
-  }
-  fflush (stdout);
+  print_uri_and_attach (o->socket, o->port, a->info.block_preferred,
+                        a->info.readonly);
 }
 
 /* Daemon mode: fork; the first process waits for "ready" (or for the

@@ -21,21 +21,6 @@
 
 #include "internal.h"
 
-static void
-log_msg (void (*fn) (const char *, va_list), const char *fmt, ...)
-  __attribute__ ((format (printf, 2, 3)));
-
-static void
-log_msg (void (*fn) (const char *, va_list), const char *fmt, ...)
-{
-  va_list args;
-
-  if (fn == NULL)
-    return;
-  va_start (args, fmt);
-  fn (fmt, args);
-  va_end (args);
-}
 
 int
 pdio_server_listen_unix (const char *path, const struct pdio_log *log)
@@ -45,7 +30,7 @@ pdio_server_listen_unix (const char *path, const struct pdio_log *log)
   int fd, err;
 
   if (strlen (path) >= sizeof sa.sun_path) {
-    log_msg (log->error, "%s: socket path too long (at most %zu bytes)",
+    pdio_log_msg (log->error, "%s: socket path too long (at most %zu bytes)",
              path, sizeof sa.sun_path - 1);
     return -ENAMETOOLONG;
   }
@@ -59,7 +44,7 @@ pdio_server_listen_unix (const char *path, const struct pdio_log *log)
   if (fd == -1 || bind (fd, (struct sockaddr *) &sa, sizeof sa) == -1 ||
       listen (fd, SOMAXCONN) == -1) {
     err = -errno;
-    log_msg (log->error, "%s: cannot listen: %s", path, strerror (-err));
+    pdio_log_msg (log->error, "%s: cannot listen: %s", path, strerror (-err));
     if (fd >= 0)
       close (fd);
     return err;
@@ -98,7 +83,7 @@ pdio_server_listen_tcp (const char *port, const struct pdio_log *log)
     unsigned long p = strtoul (port, &end, 10);
 
     if (*end || p == 0 || p > 65535) {
-      log_msg (log->error, "port %s: not a port number", port);
+      pdio_log_msg (log->error, "port %s: not a port number", port);
       return -EINVAL;
     }
     sin.sin_port = htons (p);
@@ -108,14 +93,14 @@ pdio_server_listen_tcp (const char *port, const struct pdio_log *log)
       if (bind (fd, (struct sockaddr *) &sin, sizeof sin) == -1) {
         err = -errno;
         close (fd);
-        log_msg (log->error, "port %s: cannot bind: %s", port, strerror (-err));
+        pdio_log_msg (log->error, "port %s: cannot bind: %s", port, strerror (-err));
         return err;
       }
     }
   }
   if (fd == -1 || listen (fd, SOMAXCONN) == -1) {
     err = -errno;
-    log_msg (log->error, "port %s: cannot listen: %s", port, strerror (-err));
+    pdio_log_msg (log->error, "port %s: cannot listen: %s", port, strerror (-err));
     if (fd >= 0)
       close (fd);
     return err;
@@ -139,14 +124,14 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int sig_fd,
     if (poll (p, 2, -1) == -1) {
       if (errno == EINTR)
         continue;
-      log_msg (ctx->log.error, "poll: %s: stopping", strerror (errno));
+      pdio_log_msg (ctx->log.error, "poll: %s: stopping", strerror (errno));
       return;
     }
     if (p[0].revents) {
       struct signalfd_siginfo si;
 
       if (read (sig_fd, &si, sizeof si) == sizeof si)
-        log_msg (ctx->log.debug, "signal %u: stopping", si.ssi_signo);
+        pdio_log_msg (ctx->log.debug, "signal %u: stopping", si.ssi_signo);
       return;
     }
     if (!p[1].revents)
@@ -156,7 +141,7 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int sig_fd,
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
           errno == ENOMEM) {
         /* Out of descriptors: back off instead of spinning on poll. */
-        log_msg (ctx->log.warning, "accept: %s", strerror (errno));
+        pdio_log_msg (ctx->log.warning, "accept: %s", strerror (errno));
         usleep (50000);
       }
       continue;                 /* EAGAIN, ECONNABORTED, EINTR...: next */
@@ -203,7 +188,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   sig_fd = signalfd (-1, stop_signals, SFD_CLOEXEC);
   if (sig_fd == -1) {
     err = -errno;
-    log_msg (cfg->log.error, "signalfd: %s", strerror (-err));
+    pdio_log_msg (cfg->log.error, "signalfd: %s", strerror (-err));
     return err;
   }
   workers = calloc (n, sizeof *workers);
@@ -214,7 +199,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   for (unsigned i = 0; i < n; i++) {
     err = worker_start (&workers[i], &ctx, i);
     if (err) {
-      log_msg (cfg->log.error, "worker %u: cannot start: %s", i,
+      pdio_log_msg (cfg->log.error, "worker %u: cannot start: %s", i,
                strerror (-err));
       for (unsigned j = 0; j < i; j++)
         worker_request_stop (&workers[j]);
@@ -225,7 +210,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
       return err;
     }
   }
-  log_msg (cfg->log.debug, "serving with %u worker threads", n);
+  pdio_log_msg (cfg->log.debug, "serving with %u worker threads", n);
   if (ready)
     ready (opaque);
 

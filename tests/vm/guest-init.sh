@@ -33,6 +33,7 @@ stty -F "$RES" raw -echo 2>/dev/null
 
 IMG_SIZE=$((1024 * 1024 * 1024))     # xfs wants at least 300 MiB
 SOCK=/run/nbd.sock
+FRONT=nbdkit        # or native: see serve() and main()
 DEV=/dev/nbd0
 MNT=/mnt
 LOGS=/scratch/logs
@@ -73,6 +74,10 @@ fi
 n=0 pass=0 fail=0
 step() {
     desc=$1; shift
+    # The scenarios name nbdkit; under FRONT=native the server is pdio's own.
+    if [ "$FRONT" = native ]; then
+        desc="native: $(echo "$desc" | sed 's/nbdkit pdio\.so/pdio serve/; s/nbdkit exits/pdio serve exits/')"
+    fi
     n=$((n + 1))
     [ "$DRY" = 1 ] && return 0
     log "=== step $n: $desc"
@@ -106,23 +111,47 @@ plugin_path() {
     esac
 }
 
-# serve TAG PLUGIN IMAGE [ARGS...]: a fresh sparse image, nbdkit in the
-# foreground under a wrapper that records its exit status.
+# serve TAG PLUGIN IMAGE [ARGS...]: a fresh sparse image and a server in
+# the foreground under a wrapper that records its exit status: nbdkit with
+# PLUGIN, or, for PLUGIN pdio with FRONT=native, pdio's own server (pdio
+# serve) with the plugin's parameters as its options.  (The wrapper's files
+# keep their nbdkit.* names for either.)
 serve() {
     tag=$1 plugin=$2 img=$3; shift 3
+    [ "$FRONT" = native ] && [ "$plugin" = pdio ] && tag=native-$tag
     rm -f "$img" "$SOCK" "$STATE/nbdkit.rc" "$STATE/nbdkit.pid"
     truncate -s "$IMG_SIZE" "$img"
     echo "$tag" > "$STATE/tag"
     echo "$img" > "$STATE/img"
-    log "nbdkit -f -U $SOCK $(plugin_path "$plugin") file=$img $*"
-    # shellcheck disable=SC2086
-    sh -c 'sock=$1 pidfile=$2 rcfile=$3; shift 3
-           nbdkit -f -U "$sock" -P "$pidfile" "$@"; echo $? > "$rcfile"' \
-        nbdkit-wrapper "$SOCK" "$STATE/nbdkit.pid" "$STATE/nbdkit.rc" \
-        "$(plugin_path "$plugin")" "file=$img" "$@" \
-        2> "$LOGS/nbdkit-$tag.log" &
+    if [ "$FRONT" = native ] && [ "$plugin" = pdio ]; then
+        opts=""
+        for a in "$@"; do
+            case $a in
+            align=*) opts="$opts --align ${a#align=}" ;;
+            backend=*) opts="$opts --backend ${a#backend=}" ;;
+            *) echo "pdio serve has no equivalent of $a"; return 1 ;;
+            esac
+        done
+        log "pdio serve --socket $SOCK$opts $img"
+        # shellcheck disable=SC2086
+        sh -c 'sock=$1 pidfile=$2 rcfile=$3 img=$4; shift 4
+               pdio serve --socket "$sock" "$@" "$img" & echo $! > "$pidfile"
+               wait $!; echo $? > "$rcfile"' \
+            pdio-wrapper "$SOCK" "$STATE/nbdkit.pid" "$STATE/nbdkit.rc" "$img" $opts \
+            > "$LOGS/nbdkit-$tag.log" 2>&1 &
+        ready() { grep -q '^uri: ' "$LOGS/nbdkit-$tag.log"; }
+    else
+        log "nbdkit -f -U $SOCK $(plugin_path "$plugin") file=$img $*"
+        # shellcheck disable=SC2086
+        sh -c 'sock=$1 pidfile=$2 rcfile=$3; shift 3
+               nbdkit -f -U "$sock" -P "$pidfile" "$@"; echo $? > "$rcfile"' \
+            nbdkit-wrapper "$SOCK" "$STATE/nbdkit.pid" "$STATE/nbdkit.rc" \
+            "$(plugin_path "$plugin")" "file=$img" "$@" \
+            2> "$LOGS/nbdkit-$tag.log" &
+        ready() { [ -S "$SOCK" ]; }
+    fi
     i=0
-    while [ ! -S "$SOCK" ]; do
+    until ready; do
         [ -f "$STATE/nbdkit.rc" ] && { cat "$LOGS/nbdkit-$tag.log"; return 1; }
         i=$((i + 1)); [ $i -lt 300 ] || return 1
         sleep 0.1
@@ -703,11 +732,16 @@ scratch_check() {
 
 main() {
     step "guest: modules loaded, scratch virtio disk formatted and mounted" scratch_setup
+    # native-NAME: scenario NAME with pdio's own server (FRONT=native).
     for s in $SCENARIOS; do
         s0=$(uptime_s)
-        "scenario_$s"
+        case $s in
+        native-*) FRONT=native; "scenario_${s#native-}" ;;
+        *) FRONT=nbdkit; "scenario_$s" ;;
+        esac
         diag "scenario $s: $(($(uptime_s) - s0))s"
     done
+    FRONT=nbdkit
     # The figures together, for the issue's note.
     for s in $SCENARIOS; do
         [ -f "$STATE/fincore.pdio.$s" ] && diag "fincore after $s (pdio): $(cat "$STATE/fincore.pdio.$s") pages"

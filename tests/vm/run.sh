@@ -13,8 +13,10 @@
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
-#                       align4096,sector4k,reference,frontend (default: all,
-#                       in that order)
+#                       align4096,sector4k,reference,frontend, and native-ext4,
+#                       native-xfs, native-fio, native-align4096,
+#                       native-sector4k (the same with pdio's own server)
+#                       (default: all, in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -35,7 +37,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k"
 plugin=${PDIO_PLUGIN:-}
 pdio=""
 timeout=${PDIO_VM_TIMEOUT:-1200}
@@ -69,6 +71,7 @@ done
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend) ;;
+    native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
 done
