@@ -457,9 +457,14 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
     if (t->file_on_ring)
       t->fixed_file = io_uring_register_files (&t->ring, &img->fd, 1) == 0;
     /* Registering pins the pool once instead of per transfer; where the
-     * memlock limit refuses it, plain vectored I/O still works.
+     * memlock limit refuses it, plain vectored I/O still works.  A
+     * bounce-only pool (the nbdkit plugin: one per nbdkit worker thread,
+     * 16 per connection) stays unregistered: pinning would make all of it
+     * resident at once, where untouched pages cost nothing, and its
+     * requests are copied anyway.
      */
-    t->fixed_buf = io_uring_register_buffers (&t->ring, &iov, 1) == 0;
+    if (t->pool.size > bounce)
+      t->fixed_buf = io_uring_register_buffers (&t->ring, &iov, 1) == 0;
     efd_arm (t);
   }
   else if (img->backend == PDIO_BACKEND_URING)
