@@ -493,10 +493,20 @@ nbdkit_pids() {
         fi
     done
 }
-# No nbdkit process at all.
+# The pids of processes whose comm is $1.
+comm_pids() {
+    for c in /proc/[0-9]*/comm; do
+        if [ "$(cat "$c" 2>/dev/null)" = "$1" ]; then
+            p=${c%/comm}; echo "${p#/proc/}"
+        fi
+    done
+}
+# No nbdkit process at all, and no supervisor (issue 12) either.
 fe_no_nbdkit() {
     left=$(nbdkit_pids)
     [ -z "$left" ] || { echo "nbdkit still running: $left"; return 1; }
+    left=$(comm_pids pdio-supervise)
+    [ -z "$left" ] || { echo "pdio-supervise still running: $left"; return 1; }
 }
 fe_connected() { [ -f "/sys/block/nbd$1/pid" ]; }
 
@@ -527,15 +537,16 @@ fe_list() {
     pdio list > "$STATE/fe.list"
     cat "$STATE/fe.list"
     pid=$(fe_pid)
-    head -n 1 "$STATE/fe.list" | grep -q '^NAME  *IMAGE  *RO  *CONNS  *BLOCK-SIZE  *DIO-ALIGN  *PID  *CACHED  *STATUS$'
+    head -n 1 "$STATE/fe.list" | grep -q '^NAME  *IMAGE  *RO  *CONNS  *BLOCK-SIZE  *DIO-ALIGN  *PID  *RESTARTS  *CACHED  *STATUS$'
     [ "$(wc -l < "$STATE/fe.list")" = 2 ]
     set -- $(sed -n 2p "$STATE/fe.list")
-    [ "$1 $2 $3 $4 $5 $6 $7 $8 $9" = "$(fe_dev) $FE_IMG 0 2 512 512 $pid 0 ok" ]
+    [ "$1 $2 $3 $4 $5 $6 $7 $8 $9 ${10}" = "$(fe_dev) $FE_IMG 0 2 512 512 $pid 0 0 ok" ]
     pdio list --json > "$STATE/fe.json"
     cat "$STATE/fe.json"
     for kv in "\"name\": \"$(fe_dev)\"" "\"back-file\": \"$FE_IMG\"" '"ro": false' \
               '"connections": 2' '"block-size": 512' '"dio-align": 512' \
-              "\"size\": $FE_SIZE" "\"pid\": $pid" '"cached": 0' '"status": "ok"'; do
+              "\"size\": $FE_SIZE" "\"pid\": $pid" '"cached": 0' '"status": "ok"' \
+              '"restarts": 0' '"reason": null'; do
         grep -qF "$kv" "$STATE/fe.json" || { echo "JSON lacks $kv"; return 1; }
     done
     head -n 2 "$STATE/fe.json" | tr -d ' \n' | grep -q '^{"nbddevices":\[$'
@@ -642,18 +653,12 @@ fe_detach_force() {
     detail "$d detached while mounted; released after umount"
 }
 
-# nbd-client attaches the device but reports failure: attach must
-# disconnect the device and stop the server it started.
+# The device is connected, then attach fails (PDIO_TEST_FAIL_AFTER_CONNECT,
+# a hook for this test): attach must disconnect the device and stop the
+# server it started, and leave no supervisor.
 fe_failed_attach() {
-    cat > /tmp/nbd-client-fails <<'EOS'
-#!/bin/sh
-nbd-client "$@"
-echo "injected failure after: nbd-client $*" >&2
-exit 1
-EOS
-    chmod +x /tmp/nbd-client-fails
     rc=0
-    PDIO_NBD_CLIENT=/tmp/nbd-client-fails pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    PDIO_TEST_FAIL_AFTER_CONNECT=1 pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
     cat "$STATE/fe.err"
     [ "$rc" = 1 ]
     grep -q "injected failure" "$STATE/fe.err"
@@ -674,7 +679,7 @@ scenario_frontend() {
     step "frontend: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
     step "frontend: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
     step "frontend: pdio detach --force of a mounted device" fe_detach_force
-    step "frontend: a failed attach leaves no device, no server, no state" fe_failed_attach
+    step "frontend: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
 }
 
 # --- the scratch disk -----------------------------------------------------------------
