@@ -102,7 +102,7 @@ pdio=$(cd "$(dirname "$pdio")" && pwd)/$(basename "$pdio")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim timeout; do
+        fincore fstrim sfdisk timeout; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
 done
 busybox_bin=$(command -v busybox)
