@@ -92,6 +92,7 @@ disconnect (const char *device, int idx, bool force)
     }
     msleep (50);
   }
+  device_drop_partitions (device);
   return true;
 }
 

@@ -76,6 +76,22 @@ device_scan_partitions (const char *device)
   }
 }
 
+void
+device_drop_partitions (const char *device)
+{
+  /* The kernel keeps nbdNp1... after a disconnect; opening the device,
+   * now of size 0, rereads the (empty) table and removes them.  Not if
+   * the device is still in use (detach --force of a mounted one).
+   */
+  int fd = open (device, O_RDONLY | O_CLOEXEC);
+
+  if (fd >= 0) {
+    if (nbd_size (nbd_index (device)) == 0)
+      ioctl (fd, BLKRRPART);
+    close (fd);
+  }
+}
+
 bool
 device_autoclear (const char *device, char *why, size_t len)
 {

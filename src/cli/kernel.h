@@ -81,6 +81,8 @@ extern bool device_connect (const struct record *r, char *why, size_t len);
 /* Fresh connections for a live device (after a restart, or a dead link). */
 extern bool device_reconnect (const struct record *r, char *why, size_t len);
 extern void device_scan_partitions (const char *device);
+/* After a disconnect: nbdNp1... go away. */
+extern void device_drop_partitions (const char *device);
 /* The device disconnects when its last opener closes it. */
 extern bool device_autoclear (const char *device, char *why, size_t len);
 extern bool device_disconnect (const char *device, char *why, size_t len);

@@ -1,6 +1,6 @@
 /* pdio restart DEVICE|IMAGE: replace the server on purpose (after an
  * upgrade, say) while the device stays connected and mounted.  The
- * supervisor does it (SIGUSR1): it stops the server, starts a new one and
+ * supervisor does it (SIGUSR1): it kills the server, starts a new one and
  * hands the device fresh connections; this waits until the record says
  * it is done.
  */
@@ -16,7 +16,7 @@
 #include "kernel.h"
 
 #define CMD "pdio restart"
-/* The old server's grace period, the lock wait and the attempts. */
+/* The lock wait and the attempts with their backoff. */
 #define RESTART_WAIT_MS 60000
 
 static void

@@ -908,6 +908,9 @@ scenario_recover() {
 
 # --- mount -t pdio and fstab (issue 12) -----------------------------------------------
 MT_IMG=/scratch/mt.img
+# util-linux mount(8), which runs helpers (busybox's applets win over PATH
+# in the guest's shell, and its mount does not).
+MOUNT=/usr/bin/mount UMOUNT=/usr/bin/umount
 
 # Nothing of an autoclear device left: not connected, no record, no
 # server, no supervisor, 0 pages of the image cached.
@@ -934,32 +937,32 @@ mt_helper() {
     # mkfs wrote through the page cache; what pdio leaves there is the test.
     sync
     echo 3 > /proc/sys/vm/drop_caches
-    mount -t pdio "$MT_IMG" "$MNT"
+    $MOUNT -t pdio "$MT_IMG" "$MNT"
     grep " $MNT " /proc/mounts
     dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
     FILES=20
     write_files
     pdio list | tee "$STATE/mt.list"
     grep -q '^autoclear=1$' "/run/pdio/${dev#/dev/}.rec"
-    umount "$MNT"
+    $UMOUNT "$MNT"
     mt_all_gone
     detail "mount -t pdio mounted $dev (ext4 detected), 20 files written; after umount: no device, server, supervisor or state, fincore $(cat "$STATE/mt.pages") pages"
 }
 
 mt_fstab() {
     echo "$MT_IMG $MNT pdio defaults 0 0" > /etc/fstab
-    mount -a
+    $MOUNT -a
     grep " $MNT " /proc/mounts
     verify_files_n 20
-    umount "$MNT"
+    $UMOUNT "$MNT"
     mt_all_gone
     echo "$MT_IMG $MNT pdio ro,fstype=ext4 0 0" > /etc/fstab
-    mount -a
+    $MOUNT -a
     grep " $MNT " /proc/mounts | grep -q ' ro[ ,]'
     dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
     ro=$(cat "/sys/block/${dev#/dev/}/ro")
     verify_files_n 20
-    umount "$MNT"
+    $UMOUNT "$MNT"
     mt_all_gone
     rm -f /etc/fstab
     detail "fstab 'IMAGE $MNT pdio defaults 0 0' mounted by mount -a, 20 checksums match; 'ro,fstype=ext4' mounts read-only (device ro=$ro); nothing left after each umount"
