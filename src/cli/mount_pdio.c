@@ -218,6 +218,16 @@ cmd_mount (int argc, char **argv)
     return EXIT_OK;
   if (!need_root (CMD))
     return MOUNT_EX_USAGE;
+  /* At boot (fstab) nobody may have loaded the driver yet; options for
+   * it (max_part) come from modprobe.d.
+   */
+  if (!nbd_driver_present ()) {
+    char modprobe[PATH_MAX];
+    char *mp[] = { modprobe, (char *) "nbd", NULL };
+
+    if (find_program (NULL, "modprobe", modprobe, sizeof modprobe))
+      run_wait (mp, -1);
+  }
   if (!attach (&o, device, sizeof device))
     return MOUNT_EX_FAIL;
   fd = open (device, O_RDONLY | O_CLOEXEC);

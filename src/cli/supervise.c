@@ -482,6 +482,12 @@ supervise (const struct record *r, const char *nbdkit, const char *plugin,
         case SIGCHLD: reap (&s); break;
         case SIGUSR1: requested (&s); break;
         default:
+          /* systemd stops an fstab mount's unit after the umount with
+           * SIGTERM to what is left in its cgroup: the device is gone
+           * then, and so should the rest be.
+           */
+          if (!nbd_connected (s.idx))
+            device_gone (&s);
           if (test_break ("sup-exit-disconnects"))
             device_disconnect (r->device, why, sizeof why);
           /* pdio detach, or someone: the device and server stay. */
