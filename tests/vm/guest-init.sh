@@ -777,6 +777,8 @@ rc_replace() {
     while [ $k -lt "$count" ]; do
         sleep $(($(od -An -N1 -tu1 /dev/urandom) % 4 + 2))
         old=$(rc_field server_pid)
+        # (kill 0 would signal this test's own process group.)
+        case $old in ''|0) echo "no server to replace (server_pid=$old)"; touch "$STATE/rc.stop"; return 1 ;; esac
         t0=$(date +%s)
         case $how in
         kill) kill -KILL "$old" ;;
