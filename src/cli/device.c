@@ -100,6 +100,19 @@ device_autoclear (const char *device, char *why, size_t len)
 }
 
 bool
+device_connected (int idx)
+{
+  char why[256];
+  int r = nbdnl_status (idx, why, sizeof why);
+
+  /* No netlink family (no driver, or a fake sysfs in the tests): what
+   * sysfs says, which is the same fact (the pid file exists while the
+   * device has a configuration).
+   */
+  return r >= 0 ? r == 1 : nbd_connected (idx);
+}
+
+bool
 device_disconnect (const char *device, char *why, size_t len)
 {
   return nbdnl_disconnect (nbd_index (device), why, len);

@@ -86,6 +86,8 @@ extern void device_drop_partitions (const char *device);
 /* The device disconnects when its last opener closes it. */
 extern bool device_autoclear (const char *device, char *why, size_t len);
 extern bool device_disconnect (const char *device, char *why, size_t len);
+/* NBD_CMD_STATUS: the device has a configuration (sysfs if no netlink). */
+extern bool device_connected (int idx);
 
 /* --- frontend.c: start a server for IMAGE on SOCKET ---------------------------- */
 /* The one function a new server type plugs into: starts it in the

@@ -49,7 +49,7 @@ status_of (const struct record *r)
   }
   if (!pid_alive (r->server_pid) || !pid_is_nbdkit (r->server_pid))
     return supervised ? "restarting" : "server gone";
-  if (!nbd_connected (idx))
+  if (!device_connected (idx))
     return "disconnected";
   return supervised ? "ok" : "ok, unsupervised";
 }

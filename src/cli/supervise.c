@@ -486,7 +486,7 @@ supervise (const struct record *r, const char *nbdkit, const char *plugin,
            * SIGTERM to what is left in its cgroup: the device is gone
            * then, and so should the rest be.
            */
-          if (!nbd_connected (s.idx))
+          if (!device_connected (s.idx))
             device_gone (&s);
           if (test_break ("sup-exit-disconnects"))
             device_disconnect (r->device, why, sizeof why);
@@ -502,7 +502,7 @@ supervise (const struct record *r, const char *nbdkit, const char *plugin,
         if (idx == s.idx)
           link_dead (&s);
     }
-    if (!nbd_connected (s.idx))
+    if (!device_connected (s.idx))
       device_gone (&s);
   }
 }
