@@ -114,9 +114,9 @@ extern bool pid_is_supervisor (pid_t pid);
 extern void describe_status (int status, char *buf, size_t len);
 
 /* Tests only: PDIO_TEST_BREAK is a comma-separated list of deliberate
- * breakages (no-restart, no-give-up, no-autoclear, no-partscan,
- * sup-exit-disconnects) that the guest tests run once to show each test
- * fails without the feature it tests.
+ * breakages (no-restart, no-give-up, server-exits-with-supervisor,
+ * no-autoclear, no-partscan) with which the guest tests are run to show
+ * that each fails without the feature it tests.
  */
 extern bool test_break (const char *what);
 

@@ -488,8 +488,6 @@ supervise (const struct record *r, const char *nbdkit, const char *plugin,
            */
           if (!device_connected (s.idx))
             device_gone (&s);
-          if (test_break ("sup-exit-disconnects"))
-            device_disconnect (r->device, why, sizeof why);
           /* pdio detach, or someone: the device and server stay. */
           say ("signal %d: exiting; %s and its server stay", si.ssi_signo,
                r->device);

@@ -703,8 +703,10 @@ scenario_frontend() {
 #                         times out)
 #   no-give-up            the supervisor never gives up: "cannot come back"
 #                         fails (pdio list never says failed)
-#   sup-exit-disconnects  a dying supervisor takes the device with it:
-#                         "supervisor killed" fails (fio errors)
+#   server-exits-with-supervisor  the server runs as nbdkit -f
+#                         --exit-with-parent under the supervisor, so it
+#                         dies with it: "supervisor killed" fails (fio
+#                         errors, then the device fails)
 #   no-autoclear          mount.pdio does not arm autoclear: the mount
 #                         helper test fails (device, server left after
 #                         umount)
