@@ -23,7 +23,6 @@
 #define REPLY_MAGIC     0x0003e889045565a9ULL
 #define FLAG_FIXED_NEWSTYLE 1
 #define FLAG_NO_ZEROES      2
-#define OPT_ABORT       2
 #define OPT_GO          7
 #define REP_ACK         1
 #define REP_INFO        3
@@ -58,7 +57,8 @@ static bool
 xwrite (int fd, const void *buf, size_t n)
 {
   for (const char *p = buf; n; ) {
-    ssize_t r = write (fd, p, n);
+    /* A server that hangs up must not kill the supervisor with SIGPIPE. */
+    ssize_t r = send (fd, p, n, MSG_NOSIGNAL);
 
     if (r == -1) {
       if (errno == EINTR)
