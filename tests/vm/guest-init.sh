@@ -768,6 +768,38 @@ rc_fio_figures() {
         END { printf "%d %d\n", max / 1000000, errs }'
 }
 
+# A probe beside fio: one 4 KiB O_DIRECT write to a file on the mounted
+# filesystem every 0.1 s, each logged as "start end" (uptime, 10 ms
+# resolution).  The longest write spanning a replacement is the pause the
+# filesystem saw at it.
+rc_probe() {
+    rm -f "$STATE/rc.probe" "$STATE/rc.kills"
+    dd if=/dev/zero of="$MNT/probe" bs=4096 count=1 oflag=direct 2>/dev/null
+    (
+        while [ ! -f "$STATE/rc.stop" ]; do
+            a=$(cut -d' ' -f1 /proc/uptime)
+            dd if=/dev/zero of="$MNT/probe" bs=4096 count=1 oflag=direct conv=notrunc 2>/dev/null ||
+                echo "probe write failed" >> "$STATE/rc.fiofail"
+            b=$(cut -d' ' -f1 /proc/uptime)
+            echo "$a $b" >> "$STATE/rc.probe"
+            sleep 0.1
+        done
+    ) &
+    echo $! > "$STATE/rc.probepid"
+}
+
+# The pause at each replacement (uptime in rc.kills): the longest probe
+# write that ended after it and began at most 1 s after it (the next
+# replacement is at least 2 s later), in ms.  Requests already in flight
+# at the death wait longer, until the request timeout resends them: fio's
+# largest completion latency shows that.
+rc_pauses() {
+    awk 'NR == FNR { k[++n] = $1; next }
+         { for (i = 1; i <= n; i++) if ($2 >= k[i] && $1 <= k[i] + 1 && $2 - $1 > p[i]) p[i] = $2 - $1 }
+         END { for (i = 1; i <= n; i++) printf "%d ", p[i] * 1000 }' \
+        "$STATE/rc.kills" "$STATE/rc.probe"
+}
+
 # rc_replace HOW N: replace the server N times at random moments (2..5 s
 # apart) while fio runs; each time wait for the supervisor's new server.
 rc_replace() {
@@ -775,13 +807,15 @@ rc_replace() {
     errs0=$(nbd_io_errors)
     r0=$(rc_field restarts)
     rc_fio_loop "$how"
-    k=0 pauses=""
+    rc_probe
+    k=0
     while [ $k -lt "$count" ]; do
         sleep $(($(od -An -N1 -tu1 /dev/urandom) % 4 + 2))
         old=$(rc_field server_pid)
         # (kill 0 would signal this test's own process group.)
         case $old in ''|0) echo "no server to replace (server_pid=$old)"; touch "$STATE/rc.stop"; return 1 ;; esac
         t0=$(date +%s)
+        cut -d' ' -f1 /proc/uptime >> "$STATE/rc.kills"
         case $how in
         kill) kill -KILL "$old" ;;
         abort) kill -ABRT "$old" ;;
@@ -805,6 +839,7 @@ rc_replace() {
     sleep 3
     touch "$STATE/rc.stop"
     wait "$(cat "$STATE/rc.fiopid")" 2>/dev/null || true
+    wait "$(cat "$STATE/rc.probepid")" 2>/dev/null || true
     n=0
     while [ ! -f "$STATE/rc.fioruns" ]; do
         n=$((n + 1)); [ $n -lt 3000 ] || { echo "fio loop did not end"; return 1; }
@@ -822,8 +857,9 @@ rc_replace() {
     restarts=$(rc_field restarts)
     reason=$(rc_field reason)
     runs=$(cat "$STATE/rc.fioruns")
-    diag "$how x$count: fio $runs runs, $fioerrs errors, max completion latency ${maxlat} ms; supervisor handed over new connections ${handed}ms after each death; kernel I/O errors: $errs"
-    detail "restarts $r0 -> $restarts (last: $reason); fio: $runs runs, $fioerrs errors, max latency $maxlat ms; new connections after ${handed}ms; kernel I/O errors $errs"
+    pauses=$(rc_pauses)
+    diag "$how x$count: filesystem paused ${pauses}ms at the replacements (probe writes); supervisor handed over new connections ${handed}ms after each death; fio $runs runs, $fioerrs errors, max completion latency ${maxlat} ms; kernel I/O errors: $errs"
+    detail "restarts $r0 -> $restarts (last: $reason); pauses ${pauses}ms; new connections after ${handed}ms; fio: $runs runs, $fioerrs errors, max latency $maxlat ms; kernel I/O errors $errs"
     [ ! -s "$STATE/rc.fiofail" ] || { cat "$STATE/rc.fiofail"; return 1; }
     [ "$fioerrs" = 0 ]
     [ "$errs" = 0 ]
