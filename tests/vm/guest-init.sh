@@ -935,6 +935,55 @@ rc_cannot_come_back() {
     grep -q "failed: gave up: nbdkit could not serve" "$STATE/rc.list"
 }
 
+# One connection (the default on a one-CPU machine): the kernel requeues a
+# timed-out request on a single connection too (nbd_xmit_timeout, since
+# Linux 5.10) and waits for the new socket.  Raw O_DIRECT writes of one
+# random 64 KiB pattern in a loop across a SIGKILL, then every one read
+# back and compared.  (Broken variant: no-restart, the writes fail.)
+rc_single() {
+    img=/scratch/one.img
+    rm -f "$img" "$STATE/one.fail" "$STATE/one.stop" "$STATE/one.n"
+    truncate -s 64M "$img"
+    d=$(pdio attach --connections 1 --timeout 4 --dead-timeout 30 "$img")
+    i=${d#/dev/nbd}
+    [ "$(ls "/sys/block/nbd$i/mq" | wc -l)" = 1 ]
+    head -c 65536 /dev/urandom > /tmp/one.pat
+    errs0=$(nbd_io_errors)
+    (
+        n=0
+        while [ ! -f "$STATE/one.stop" ] && [ $n -lt 1000 ]; do
+            dd if=/tmp/one.pat of="$d" bs=65536 count=1 seek=$n oflag=direct conv=notrunc 2>/dev/null ||
+                echo "write $n failed" >> "$STATE/one.fail"
+            n=$((n + 1))
+        done
+        echo "$n" > "$STATE/one.n"
+    ) &
+    loop=$!
+    sleep 2
+    server=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    case $server in ''|0) echo "no server"; touch "$STATE/one.stop"; return 1 ;; esac
+    kill -KILL "$server"
+    t=0
+    until grep -q '^restarts=1$' "/run/pdio/nbd$i.rec" && [ "$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")" != 0 ]; do
+        t=$((t + 1)); [ $t -lt 400 ] || { echo "no restart"; break; }
+        sleep 0.1
+    done
+    sleep 6
+    touch "$STATE/one.stop"
+    wait "$loop" || true
+    n=$(cat "$STATE/one.n")
+    bad=0 k=0
+    while [ $k -lt "$n" ]; do
+        dd if="$d" bs=65536 count=1 skip=$k iflag=direct 2>/dev/null | cmp -s - /tmp/one.pat || bad=$((bad + 1))
+        k=$((k + 1))
+    done
+    errs=$(($(nbd_io_errors) - errs0))
+    restarts=$(sed -n 's/^restarts=//p' "/run/pdio/nbd$i.rec")
+    pdio detach "$d"
+    detail "1 connection: $n writes of 64 KiB across a SIGKILL, $(cat "$STATE/one.fail" 2>/dev/null | wc -l) failed, $bad read back wrong, restarts $restarts, kernel I/O errors $errs"
+    [ ! -s "$STATE/one.fail" ] && [ "$bad" = 0 ] && [ "$errs" = 0 ] && [ "$restarts" = 1 ] && [ "$n" -gt 0 ]
+}
+
 scenario_recover() {
     step "recover: pdio attach (timeout $RC_TIMEOUT s), mkfs.ext4, mount; a supervisor runs" rc_attach
     step "recover: server SIGKILLed 3 times during fio verify: 0 errors, 3 restarts" rc_replace kill 3
@@ -943,6 +992,7 @@ scenario_recover() {
     step "recover: pdio restart twice during fio verify: 0 errors" rc_replace restart 2
     step "recover: unmount, e2fsck -fn clean, remount" rc_fsck
     step "recover: supervisor killed: I/O keeps working, pdio detach cleans up" rc_supervisor_killed
+    step "recover: one connection: raw O_DIRECT writes across a SIGKILL, all read back" rc_single
     step "recover: a server that cannot come back: I/O errors within the timeouts, list says why, detach cleans up" rc_cannot_come_back
 }
 
