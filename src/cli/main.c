@@ -32,9 +32,10 @@ usage (FILE *fp)
 "Exit status: 0 done; 1 failed (the reason is printed); 2 usage error;\n"
 "3 the kernel has no nbd driver (modprobe nbd); 4 not run as root.\n"
 "\n"
-"Environment: PDIO_PLUGIN (the plugin, default \"pdio\"), PDIO_NBDKIT and\n"
-"PDIO_NBD_CLIENT (the programs, default from PATH), PDIO_RUNDIR (default\n"
-"/run/pdio).\n");
+"Environment: PDIO_PLUGIN (the plugin, default \"pdio\"), PDIO_NBDKIT\n"
+"(the program, default from PATH), PDIO_RUNDIR (default /run/pdio).\n"
+"\n"
+"mount -t pdio IMAGE DIR runs this program as /sbin/mount.pdio.\n");
 }
 
 int
