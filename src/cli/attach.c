@@ -3,25 +3,29 @@
  * A server -- pdio's own (pdio serve as a daemon), or with --nbdkit
  * nbdkit with pdio.so -- serves the image on RUNDIR/nbdN.sock (its log in
  * RUNDIR/nbdN.log), pdio asks it for the preferred block size it
- * advertises (the image's direct-I/O alignment), and nbd-client attaches the device
- * with that block size, multi-conn connections and a timeout.  Any failure
+ * advertises (the image's direct-I/O alignment), and pdio connects the
+ * device over netlink (device.c) with that block size, multi-conn
+ * connections, a timeout and a dead-connection timeout.  Any failure
  * undoes every step taken so far: no stray nbdkit, no half-attached device,
- * no record.
+ * no record.  The work is done in a child that stays behind as the
+ * device's supervisor (supervise.c); the parent prints the device.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pdio.h"
+#include "kernel.h"
 
 #define CMD "pdio attach"
 
@@ -30,6 +34,8 @@ struct attach_opts {
   unsigned long connections;    /* 0: the default */
   unsigned long block_size;     /* 0: the advertised minimum */
   unsigned long timeout;
+  unsigned long dead_timeout;
+  bool autoclear;
   const char *device;
   const char *plugin;
   const char *image;
@@ -39,11 +45,11 @@ struct attach_opts {
 /* What has been done so far, for undo(). */
 struct attach {
   char image[PATH_MAX];
-  char nbdkit[PATH_MAX], nbd_client[PATH_MAX];
+  char nbdkit[PATH_MAX];
   char self[PATH_MAX];          /* this pdio, which runs pdio serve */
   char log[PATH_MAX], pidfile[PATH_MAX];
   int idx;
-  bool client_ran;
+  bool connected;
   struct record rec;
 };
 
@@ -53,20 +59,26 @@ usage (FILE *fp)
   fprintf (fp,
 "Usage: pdio attach [OPTIONS] IMAGE\n"
 "Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
-"it to the first free /dev/nbdN (or --device); prints the device.\n"
+"it to the first free /dev/nbdN (or --device); prints the device.  A\n"
+"supervisor stays behind and restarts the server if it dies.\n"
 "\n"
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
 "  -C, --connections N    multi-conn connections, 1..%d (default %d, at most\n"
 "                         the number of CPUs)\n"
 "  -b, --block-size B     raise the block size above the image's minimum\n"
 "                         (a power of two, %d..%d)\n"
-"  -t, --timeout S        kernel request timeout in seconds (default %d)\n"
+"  -t, --timeout S        kernel request timeout in seconds (default %d);\n"
+"                         requests in flight when a server dies are resent\n"
+"                         after it\n"
+"      --dead-timeout S   how long the device waits for a new server before\n"
+"                         failing requests (default %d)\n"
+"      --autoclear        detach when the last user closes the device\n"
 "  -d, --device DEV       attach /dev/nbdN\n"
 "      --nbdkit           serve with nbdkit and pdio.so instead\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
 "                         or pdio)\n",
            MAX_CONNECTIONS, DEFAULT_CONNECTIONS, MIN_BLOCK_SIZE,
-           MAX_BLOCK_SIZE, DEFAULT_TIMEOUT);
+           MAX_BLOCK_SIZE, DEFAULT_TIMEOUT, DEFAULT_DEAD_TIMEOUT);
 }
 
 static int
@@ -80,12 +92,15 @@ parse (int argc, char **argv, struct attach_opts *o)
     { "device", required_argument, NULL, 'd' },
     { "plugin", required_argument, NULL, 'P' },
     { "nbdkit", no_argument, NULL, 'N' },
+    { "dead-timeout", required_argument, NULL, 'D' },
+    { "autoclear", no_argument, NULL, 'A' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
   int c;
 
-  *o = (struct attach_opts) { .timeout = DEFAULT_TIMEOUT };
+  *o = (struct attach_opts) { .timeout = DEFAULT_TIMEOUT,
+                              .dead_timeout = DEFAULT_DEAD_TIMEOUT };
   while ((c = getopt_long (argc, argv, "+rC:b:t:d:h", longopts, NULL)) != -1)
     switch (c) {
     case 'r': o->readonly = true; break;
@@ -121,6 +136,14 @@ parse (int argc, char **argv, struct attach_opts *o)
       break;
     case 'P': o->plugin = optarg; break;
     case 'N': o->nbdkit = true; break;
+    case 'D':
+      if (!parse_uint (optarg, 1, 86400, &o->dead_timeout)) {
+        errorf (CMD ": --dead-timeout %s: must be a number of seconds from "
+                "1 to 86400", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'A': o->autoclear = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -173,12 +196,6 @@ check_tools (const struct attach_opts *o, struct attach *a)
       !find_program ("PDIO_NBDKIT", "nbdkit", a->nbdkit, sizeof a->nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
             "nbdkit)", a->nbdkit);
-    return false;
-  }
-  if (!find_program ("PDIO_NBD_CLIENT", "nbd-client", a->nbd_client,
-                     sizeof a->nbd_client)) {
-    errorf (CMD ": nbd-client not found (%s): install it (apt-get install "
-            "nbd-client)", a->nbd_client);
     return false;
   }
   return true;
@@ -246,79 +263,54 @@ show_log (const char *log)
 static void
 undo (struct attach *a)
 {
-  if (a->client_ran && (nbd_connected (a->idx) || nbd_size (a->idx))) {
-    char *argv[] = { a->nbd_client, (char *) "-d", a->rec.device, NULL };
+  char why[256];
 
-    run_quiet (argv);
-  }
+  if (a->connected && (nbd_connected (a->idx) || nbd_size (a->idx)) &&
+      !device_disconnect (a->rec.device, why, sizeof why))
+    errorf (CMD ": %s: %s", a->rec.device, why);
   if (a->rec.server_pid > 0)
     server_stop (a->rec.server_pid);
   record_remove (&a->rec);
   unlink (a->log);
 }
 
-static pid_t
-read_pidfile (const char *path)
-{
-  FILE *fp = fopen (path, "re");
-  int pid = 0;
-
-  if (fp) {
-    if (fscanf (fp, "%d", &pid) != 1)
-      pid = 0;
-    fclose (fp);
-  }
-  return pid;
-}
-
 static unsigned default_connections (void);
 
-/* The server as a daemon, until it answers on its socket.  pdio's own
- * server gets one worker thread per connection the kernel will make: each
- * worker has its own ring and pool, and more workers than connections
- * would only hold memory.
+/* The server as a daemon (frontend.c), until it answers on its socket.
+ * pdio's own server gets one worker thread per connection the kernel will
+ * make: each worker has its own ring and pool, and more workers than
+ * connections would only hold memory.
  */
-static bool
-start_server (const struct attach_opts *o, struct attach *a,
-              struct server_info *info)
+static struct server_opts
+server_opts_of (const struct attach_opts *o, struct attach *a)
 {
-  const struct server_opts so = {
+  return (struct server_opts) {
     .nbdkit = a->nbdkit, .plugin = plugin_name (o->plugin),
     .image = a->image, .socket = a->rec.socket, .pidfile = a->pidfile,
     .readonly = o->readonly, .native = !o->nbdkit, .pdio = a->self,
     .threads = o->connections ? o->connections : default_connections (),
   };
-  const char *name = o->nbdkit ? "nbdkit" : "pdio serve";
-  struct server_cmd cmd;
-  char why[256] = "";
-  pid_t pid;
-  int status = -1;
+}
 
-  unlink (a->rec.socket);
-  unlink (a->pidfile);
-  server_argv (&so, &cmd);
-  pid = run_background ((char **) cmd.argv, a->log);
-  if (pid == -1 || waitpid (pid, &status, 0) == -1 || status != 0) {
+static bool
+start_server (const struct attach_opts *o, struct attach *a,
+              struct server_info *info)
+{
+  const struct server_opts so = server_opts_of (o, a);
+  char why[PATH_MAX + 256] = "";
+
+  a->rec.server_pid = frontend_start (&so, a->log, why, sizeof why);
+  if (a->rec.server_pid <= 0) {
+    a->rec.server_pid = 0;
     show_log (a->log);
-    errorf (CMD ": %s could not serve %s (exit status %d; its "
-            "messages are above)", name, a->image,
-            WIFEXITED (status) ? WEXITSTATUS (status) : 128 + WTERMSIG (status));
+    errorf (CMD ": %s", why);
     return false;
-  }
-  /* The daemon writes its pid file once it listens. */
-  for (unsigned t = 0; (a->rec.server_pid = read_pidfile (a->pidfile)) <= 0;
-       t += 20) {
-    if (t >= 10000) {
-      errorf (CMD ": %s wrote no pid file (%s) within 10 s", name,
-              a->pidfile);
-      return false;
-    }
-    msleep (20);
   }
   if (server_query (a->rec.socket, NULL, 30000, info, why, sizeof why))
     return true;
   show_log (a->log);
-  errorf (CMD ": %s did not answer on %s within 30 s: %s", name,
+  errorf (CMD ": %s did not answer on %s within 30 s: %s",
+          o->nbdkit ? "nbdkit" : "pdio serve",
           a->rec.socket, why);
   return false;
 }
@@ -367,45 +359,31 @@ default_connections (void)
   return cpus < DEFAULT_CONNECTIONS ? cpus : DEFAULT_CONNECTIONS;
 }
 
+/* Connects the device over netlink; partitions show; autoclear is armed
+ * last (arming it first, the partition scan's close would detach).
+ */
 static bool
-run_nbd_client (const struct attach_opts *o, struct attach *a)
+connect_device (const struct attach_opts *o, struct attach *a)
 {
-  char bs[16], conns[16], timeout[24];
-  const char *argv[16];
-  int i = 0, r;
+  char why[PATH_MAX + 256];
 
-  snprintf (bs, sizeof bs, "%" PRIu32, a->rec.block_size);
-  snprintf (conns, sizeof conns, "%u", a->rec.connections);
-  snprintf (timeout, sizeof timeout, "%lu", o->timeout);
-  argv[i++] = a->nbd_client;
-  argv[i++] = "-unix";
-  argv[i++] = a->rec.socket;
-  argv[i++] = a->rec.device;
-  argv[i++] = "-b";
-  argv[i++] = bs;
-  argv[i++] = "-C";
-  argv[i++] = conns;
-  argv[i++] = "-t";
-  argv[i++] = timeout;
-  if (a->rec.readonly)
-    argv[i++] = "-readonly";
-  argv[i] = NULL;
-
-  a->client_ran = true;
-  /* Its chatter ("Negotiation: ..") only matters if it fails. */
-  r = run_quiet ((char **) argv);
-  if (r != 0) {
-    errorf (CMD ": nbd-client failed to attach %s (exit status %d; its "
-            "messages are above)", a->rec.device, r);
+  a->connected = true;
+  if (!device_connect (&a->rec, why, sizeof why)) {
+    errorf (CMD ": %s: %s", a->rec.device, why);
     return false;
   }
-  for (unsigned t = 0; !(nbd_connected (a->idx) && nbd_size (a->idx)); t += 50) {
-    if (t >= 10000) {
-      errorf (CMD ": %s: nbd-client succeeded but the device did not come "
-              "up within 10 s", a->rec.device);
-      return false;
-    }
-    msleep (50);
+  if (!test_break ("no-partscan"))
+    device_scan_partitions (a->rec.device);
+  /* Only for tests: a failure after the device is up, which must be
+   * undone like any other (tests/vm frontend).
+   */
+  if (getenv ("PDIO_TEST_FAIL_AFTER_CONNECT")) {
+    errorf (CMD ": injected failure after connecting %s", a->rec.device);
+    return false;
+  }
+  if (o->autoclear && !device_autoclear (a->rec.device, why, sizeof why)) {
+    errorf (CMD ": %s: cannot arm autoclear: %s", a->rec.device, why);
+    return false;
   }
   return true;
 }
@@ -451,6 +429,10 @@ attach_locked (const struct attach_opts *o, struct attach *a)
            "one connection");
     a->rec.connections = 1;
   }
+  a->rec.timeout = o->timeout;
+  a->rec.dead_timeout = o->dead_timeout;
+  a->rec.autoclear = o->autoclear;
+  a->rec.supervisor_pid = getpid ();
   a->rec.block_size = choose_block_size (o, a, &info);
   if (a->rec.block_size == 0)
     goto fail;
@@ -459,7 +441,7 @@ attach_locked (const struct attach_opts *o, struct attach *a)
             rundir ());
     goto fail;
   }
-  if (!run_nbd_client (o, a))
+  if (!connect_device (o, a))
     goto fail;
   printf ("%s\n", a->rec.device);
   return EXIT_OK;
@@ -467,6 +449,53 @@ attach_locked (const struct attach_opts *o, struct attach *a)
  fail:
   undo (a);
   return EXIT_FAILED;
+}
+
+/* The child attaches and stays as the supervisor: a subreaper in a session
+ * of its own, so that the daemonized server becomes its child and it
+ * learns how the server dies.  It tells the parent the device is up by
+ * writing one byte on the pipe, after letting go of stdout (a caller
+ * reading "$(pdio attach ...)" waits for every writer).
+ */
+static int
+attach_forked (const struct attach_opts *o, struct attach *a, int lock)
+{
+  int p[2], status, r;
+  char c;
+  pid_t pid;
+
+  if (pipe2 (p, O_CLOEXEC) == -1) {
+    errorf (CMD ": pipe: %m");
+    return EXIT_FAILED;
+  }
+  fflush (NULL);
+  pid = fork ();
+  if (pid == -1) {
+    errorf (CMD ": fork: %m");
+    return EXIT_FAILED;
+  }
+  if (pid == 0) {
+    close (p[0]);
+    setsid ();
+    prctl (PR_SET_CHILD_SUBREAPER, 1);
+    r = attach_locked (o, a);
+    fflush (NULL);
+    if (r != EXIT_OK)
+      _exit (r);
+    close (lock);
+    {
+      const struct server_opts so = server_opts_of (o, a);
+
+      supervise (&a->rec, &so, p[1]);
+    }
+  }
+  close (p[1]);
+  if (read (p[0], &c, 1) == 1)
+    return EXIT_OK;
+  while (waitpid (pid, &status, 0) == -1)
+    if (errno != EINTR)
+      return EXIT_FAILED;
+  return WIFEXITED (status) ? WEXITSTATUS (status) : EXIT_FAILED;
 }
 
 int
@@ -501,7 +530,7 @@ cmd_attach (int argc, char **argv)
   lock = state_lock (CMD);
   if (lock == -1)
     return EXIT_FAILED;
-  r = attach_locked (&o, &a);
+  r = attach_forked (&o, &a, lock);
   close (lock);
   return r;
 }

@@ -1,5 +1,7 @@
-/* pdio detach DEVICE|IMAGE, pdio detach --all: disconnect the device, stop
- * its nbdkit by the pid in the record, remove the socket and the record.
+/* pdio detach DEVICE|IMAGE, pdio detach --all: stop the device's
+ * supervisor (so that it does not restart the server), disconnect the
+ * device over netlink, stop its nbdkit by the pid in the record, remove
+ * the socket and the record.
  * A device that is mounted or held is refused unless --force.  Records
  * whose server or device is gone (stale) are cleaned up as well.
  */
@@ -11,7 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pdio.h"
+#include <signal.h>
+
+#include "kernel.h"
 
 #define CMD "pdio detach"
 
@@ -62,26 +66,17 @@ parse (int argc, char **argv, struct detach_opts *o)
   return EXIT_OK;
 }
 
-/* nbd-client -d, then wait for the kernel to drop the device.  A device
- * still mounted (--force) keeps its connection state until it is
+/* NBD_CMD_DISCONNECT, then wait for the kernel to drop the device.  A
+ * device still mounted (--force) keeps its connection state until it is
  * unmounted: then only say so.
  */
 static bool
 disconnect (const char *device, int idx, bool force)
 {
-  char nbd_client[PATH_MAX];
-  char *argv[] = { nbd_client, (char *) "-d", (char *) device, NULL };
-  int r;
+  char why[256];
 
-  if (!find_program ("PDIO_NBD_CLIENT", "nbd-client", nbd_client,
-                     sizeof nbd_client)) {
-    errorf (CMD ": nbd-client not found (%s): install it (apt-get install "
-            "nbd-client)", nbd_client);
-    return false;
-  }
-  r = run_quiet (argv);
-  if (r != 0) {
-    errorf (CMD ": %s: nbd-client -d failed (exit status %d)", device, r);
+  if (!device_disconnect (device, why, sizeof why)) {
+    errorf (CMD ": %s: %s", device, why);
     return false;
   }
   for (unsigned t = 0; nbd_connected (idx) || nbd_size (idx); t += 50) {
@@ -91,24 +86,41 @@ disconnect (const char *device, int idx, bool force)
       return true;
     }
     if (t >= 10000) {
-      errorf (CMD ": %s: still connected 10 s after nbd-client -d", device);
+      errorf (CMD ": %s: still connected 10 s after NBD_CMD_DISCONNECT",
+              device);
       return false;
     }
     msleep (50);
   }
+  device_drop_partitions (device);
   return true;
 }
 
 static int
-detach_one (const struct detach_opts *o, const struct record *r)
+detach_one (const struct detach_opts *o, const struct record *rec)
 {
-  int idx = nbd_index (r->device);
+  int idx = nbd_index (rec->device);
   char why[PATH_MAX + 32];
+  struct record fresh;
+  const struct record *r = rec;
 
   if (!o->force && nbd_busy (idx, why, sizeof why)) {
     errorf (CMD ": %s: is %s: unmount it first (or --force)", r->device,
             why);
     return EXIT_FAILED;
+  }
+  /* First the supervisor, or it would restart what we stop.  It may have
+   * been restarting the server: the record then names the new one.
+   */
+  if (pid_is_supervisor (r->supervisor_pid)) {
+    kill (r->supervisor_pid, SIGTERM);
+    if (!wait_gone (r->supervisor_pid, 15000)) {
+      errorf (CMD ": %s: its supervisor, pid %d, does not exit", r->device,
+              (int) r->supervisor_pid);
+      return EXIT_FAILED;
+    }
+    if (record_load_device (r->device, &fresh) == 0)
+      r = &fresh;
   }
   if ((nbd_connected (idx) || nbd_size (idx)) &&
       !disconnect (r->device, idx, o->force))
@@ -131,6 +143,10 @@ detach_one (const struct detach_opts *o, const struct record *r)
     char log[PATH_MAX];
 
     state_path (r->device, "log", log, sizeof log);
+    unlink (log);
+    state_path (r->device, "log.prev", log, sizeof log);
+    unlink (log);
+    state_path (r->device, "supervisor.log", log, sizeof log);
     unlink (log);
   }
   return EXIT_OK;

@@ -2,7 +2,10 @@
  * the process table, in columns like losetup --list or JSON like
  * losetup --json.  STATUS is "ok", or says what is stale: "server gone"
  * (its nbdkit exited) or "disconnected" (the device has no client);
- * "pdio detach" cleans up either.
+ * "pdio detach" cleans up either.  While the supervisor brings a server
+ * back it is "restarting"; if it gave up, "failed: WHY".  Once a server
+ * was restarted, the text adds the last reason, the JSON has it in
+ * "reason" with "restarts" and the supervisor's pid.
  */
 #include <config.h>
 
@@ -12,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pdio.h"
+#include "kernel.h"
 
 #define CMD "pdio list"
 
@@ -29,19 +32,26 @@ usage (FILE *fp)
 "Usage: pdio list [--json] [--noheadings]\n"
 "Show the devices pdio attached: device, image, read-only, connections,\n"
 "block size, direct-I/O alignment, server pid, the image's bytes in the\n"
-"page cache (expected: 0) and whether the attachment is alive.\n");
+"page cache (expected: 0), how often the server was restarted and\n"
+"whether the attachment is alive.\n");
 }
 
 static const char *
 status_of (const struct record *r)
 {
+  static char buf[sizeof r->reason + 32];
   int idx = nbd_index (r->device);
+  bool supervised = pid_is_supervisor (r->supervisor_pid);
 
+  if (r->gave_up) {
+    snprintf (buf, sizeof buf, "failed: %s", r->reason);
+    return buf;
+  }
   if (!pid_alive (r->server_pid) || !pid_is_nbdkit (r->server_pid))
-    return "server gone";
-  if (!nbd_connected (idx))
+    return supervised ? "restarting" : "server gone";
+  if (!device_connected (idx))
     return "disconnected";
-  return "ok";
+  return supervised ? "ok" : "ok, unsupervised";
 }
 
 static void
@@ -53,7 +63,8 @@ print_table (const struct row *rows, size_t n, bool headings)
     if ((int) strlen (rows[i].r->image) > w)
       w = strlen (rows[i].r->image);
   if (headings)
-    printf ("%-10s %-*s RO CONNS BLOCK-SIZE DIO-ALIGN     PID CACHED STATUS\n",
+    printf ("%-10s %-*s RO CONNS BLOCK-SIZE DIO-ALIGN     PID RESTARTS CACHED "
+            "STATUS\n",
             "NAME", w, "IMAGE");
   for (size_t i = 0; i < n; i++) {
     const struct record *r = rows[i].r;
@@ -63,10 +74,13 @@ print_table (const struct row *rows, size_t n, bool headings)
       snprintf (cached, sizeof cached, "-");
     else
       snprintf (cached, sizeof cached, "%" PRId64, rows[i].cached);
-    printf ("%-10s %-*s %2d %5u %10" PRIu32 " %9" PRIu32 " %7d %6s %s\n",
+    printf ("%-10s %-*s %2d %5u %10" PRIu32 " %9" PRIu32 " %7d %8u %6s %s",
             r->device, w, r->image, r->readonly, r->connections,
-            r->block_size, r->dio_align, (int) r->server_pid, cached,
-            rows[i].status);
+            r->block_size, r->dio_align, (int) r->server_pid, r->restarts,
+            cached, rows[i].status);
+    if (r->restarts && !r->gave_up)
+      printf (" (last restart: %s)", r->reason);
+    putchar ('\n');
   }
 }
 
@@ -109,6 +123,17 @@ print_json (const struct row *rows, size_t n)
       printf ("         \"cached\": null,\n");
     else
       printf ("         \"cached\": %" PRId64 ",\n", rows[i].cached);
+    printf ("         \"supervisor\": %d,\n         \"restarts\": %u,\n"
+            "         \"reason\": ", pid_is_supervisor (r->supervisor_pid)
+                                      ? (int) r->supervisor_pid : 0,
+            r->restarts);
+    if (r->reason[0])
+      json_string (r->reason);
+    else
+      printf ("null");
+    printf (",\n         \"timeout\": %u,\n         \"dead-timeout\": %u,\n"
+            "         \"autoclear\": %s,\n", r->timeout, r->dead_timeout,
+            r->autoclear ? "true" : "false");
     printf ("         \"socket\": ");
     json_string (r->socket);
     printf (",\n         \"status\": ");

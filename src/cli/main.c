@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pdio.h"
+#include "kernel.h"
 
 static void
 usage (FILE *fp)
@@ -14,7 +14,8 @@ usage (FILE *fp)
   fprintf (fp,
 "Usage: pdio COMMAND [OPTIONS] [ARGS]\n"
 "A userspace loop device: images served with O_DIRECT by nbdkit and\n"
-"pdio.so, attached with the kernel's nbd client.\n"
+"pdio.so, attached with the kernel's nbd client over netlink; a\n"
+"supervisor restarts a server that dies.\n"
 "\n"
 "Commands:\n"
 "  attach [-r] [-C N] [-b B] [-t S] [-d /dev/nbdN] IMAGE\n"
@@ -22,6 +23,7 @@ usage (FILE *fp)
 "  detach [--force] DEVICE|IMAGE | --all\n"
 "                       detach, stop its server, remove its socket\n"
 "  list [--json]        show what is attached\n"
+"  restart DEVICE|IMAGE replace the device's server, the device stays up\n"
 "  serve [-r] [--socket PATH | --port PORT] IMAGE\n"
 "                       serve IMAGE in the foreground, print how to attach\n"
 "\n"
@@ -30,9 +32,10 @@ usage (FILE *fp)
 "Exit status: 0 done; 1 failed (the reason is printed); 2 usage error;\n"
 "3 the kernel has no nbd driver (modprobe nbd); 4 not run as root.\n"
 "\n"
-"Environment: PDIO_PLUGIN (the plugin, default \"pdio\"), PDIO_NBDKIT and\n"
-"PDIO_NBD_CLIENT (the programs, default from PATH), PDIO_RUNDIR (default\n"
-"/run/pdio).\n");
+"Environment: PDIO_PLUGIN (the plugin, default \"pdio\"), PDIO_NBDKIT\n"
+"(the program, default from PATH), PDIO_RUNDIR (default /run/pdio).\n"
+"\n"
+"mount -t pdio IMAGE DIR runs this program as /sbin/mount.pdio.\n");
 }
 
 int
@@ -46,8 +49,16 @@ main (int argc, char **argv)
     { "detach", cmd_detach },
     { "list", cmd_list },
     { "serve", cmd_serve },
+    { "restart", cmd_restart },
   };
 
+  /* mount(8) runs /sbin/mount.pdio, a link to pdio. */
+  {
+    const char *base = strrchr (argv[0], '/');
+
+    if (strcmp (base ? base + 1 : argv[0], "mount.pdio") == 0)
+      return cmd_mount (argc, argv);
+  }
   if (argc < 2) {
     usage (stderr);
     return EXIT_USAGE;

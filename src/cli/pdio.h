@@ -73,6 +73,13 @@ struct record {
                                    advertises: pdio's direct-I/O alignment */
   uint64_t size;
   pid_t server_pid;
+  /* Issue 12: the supervisor, and what it has done. */
+  pid_t supervisor_pid;
+  unsigned timeout, dead_timeout;       /* seconds, as given to the kernel */
+  bool autoclear;
+  unsigned restarts;
+  char reason[256];             /* why the last restart, "" if none */
+  bool gave_up;                 /* the server could not be brought back */
 };
 /* Creates the run directory and takes its lock: attach and detach hold it
  * for their whole run so that two of them never pick the same device.
@@ -87,6 +94,8 @@ extern int record_write (const struct record *r);
  * there are none (or no run directory).
  */
 extern struct record *records_load (size_t *n);
+/* The record of one device ("/dev/nbdN"); -1 if there is none. */
+extern int record_load_device (const char *device, struct record *r);
 /* Removes the record, the socket and the pid file. */
 extern void record_remove (const struct record *r);
 

@@ -66,6 +66,10 @@ record_write (const struct record *r)
            "size=%" PRIu64 "\nserver_pid=%d\n",
            r->device, r->image, r->socket, r->readonly, r->connections,
            r->block_size, r->dio_align, r->size, (int) r->server_pid);
+  fprintf (fp, "supervisor_pid=%d\ntimeout=%u\ndead_timeout=%u\n"
+           "autoclear=%d\nrestarts=%u\nreason=%s\ngave_up=%d\n",
+           (int) r->supervisor_pid, r->timeout, r->dead_timeout, r->autoclear,
+           r->restarts, r->reason, r->gave_up);
   if (fclose (fp) == EOF || rename (tmp, path) == -1) {
     unlink (tmp);
     return -1;
@@ -94,6 +98,20 @@ set_field (struct record *r, const char *key, const char *value)
     r->size = strtoull (value, NULL, 10);
   else if (strcmp (key, "server_pid") == 0)
     r->server_pid = atoi (value);
+  else if (strcmp (key, "supervisor_pid") == 0)
+    r->supervisor_pid = atoi (value);
+  else if (strcmp (key, "timeout") == 0)
+    r->timeout = strtoul (value, NULL, 10);
+  else if (strcmp (key, "dead_timeout") == 0)
+    r->dead_timeout = strtoul (value, NULL, 10);
+  else if (strcmp (key, "autoclear") == 0)
+    r->autoclear = atoi (value) != 0;
+  else if (strcmp (key, "restarts") == 0)
+    r->restarts = strtoul (value, NULL, 10);
+  else if (strcmp (key, "reason") == 0)
+    snprintf (r->reason, sizeof r->reason, "%s", value);
+  else if (strcmp (key, "gave_up") == 0)
+    r->gave_up = atoi (value) != 0;
 }
 
 static int
@@ -117,6 +135,15 @@ record_read (const char *path, struct record *r)
   fclose (fp);
   /* A record without a device is not one of ours. */
   return nbd_index (r->device) >= 0 ? 0 : -1;
+}
+
+int
+record_load_device (const char *device, struct record *r)
+{
+  char path[PATH_MAX];
+
+  state_path (device, "rec", path, sizeof path);
+  return record_read (path, r);
 }
 
 static int

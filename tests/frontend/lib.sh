@@ -1,16 +1,16 @@
 # Helpers for the pdio(1) tests (sourced after tests/lib/common.sh).
 #
 # pdio runs with its state in $tmp/run (PDIO_RUNDIR) and, where a test
-# needs attached devices on this machine (whose kernel has no nbd driver),
-# with a fake sysfs (PDIO_SYSFS) and a fake nbd-client that "attaches" by
-# writing the files the kernel would: /sys/block/nbdN/pid and size.  The
-# real thing runs in the VM guest (tests/vm, scenario frontend).
+# needs the nbd driver to look present on this machine (whose kernel has
+# none), with a fake sysfs (PDIO_SYSFS).  pdio attaches over netlink, which
+# cannot be faked: attaching for real runs in the VM guest (tests/vm,
+# scenarios frontend, recover, mount, partitions).
 
 # PDIO_TEST_PDIO tests another build (e.g. a deliberately broken one).
 pdio=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:?run from make check}/src/cli/pdio}
 [ -x "$pdio" ] || hard_error "pdio(1) not built: $pdio"
 
-# fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free, the fake client.
+# fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
 fe_setup ()
 {
     export PDIO_RUNDIR=$tmp/run
@@ -21,24 +21,6 @@ fe_setup ()
         echo 0 > "$fakesys/block/nbd$_n/size"
     done
     at_exit kill_leftovers
-    fake_client=$tmp/fake-nbd-client
-    cat > "$fake_client" <<'EOS'
-#!/bin/sh
-# A stand-in for nbd-client on a kernel without nbd: records its
-# arguments, checks the server answers, and writes what the kernel would.
-sys=${PDIO_SYSFS:?}
-echo "$*" >> "$sys/nbd-client.args"
-if [ "$1" = -d ]; then
-    n=${2#/dev/}; rm -f "$sys/block/$n/pid"; echo 0 > "$sys/block/$n/size"
-    exit 0
-fi
-n=${3#/dev/}
-size=$(nbdinfo --size "nbd+unix:///?socket=$2") || exit 1
-echo $$ > "$sys/block/$n/pid"
-echo $((size / 512)) > "$sys/block/$n/size"
-echo "Negotiation: ..size = $((size / 1048576))MB"
-EOS
-    chmod +x "$fake_client"
 }
 
 # At exit, even when a test failed half way (or a broken build of pdio
@@ -56,10 +38,10 @@ kill_leftovers ()
     kill -KILL $_pids 2>/dev/null
 }
 
-# with_fakes CMD...: run CMD with the fake sysfs and nbd-client.
+# with_fakes CMD...: run CMD with the fake sysfs.
 with_fakes ()
 {
-    PDIO_SYSFS=$fakesys PDIO_NBD_CLIENT=$fake_client "$@"
+    PDIO_SYSFS=$fakesys "$@"
 }
 
 # expect_status N LOG CMD...: CMD exits with N; its stdout+stderr in LOG.
@@ -82,8 +64,8 @@ no_state ()
 # No nbdkit serving FILE.
 no_server_of ()
 {
-    _left=$(pgrep -af "nbdkit.*file=$1" || true)
-    [ -z "$_left" ] || fail "an nbdkit still serves $1: $_left"
+    _left=$(pgrep -af "nbdkit.*file=$1|pdio serve .*$1" || true)
+    [ -z "$_left" ] || fail "a server still serves $1: $_left"
 }
 
 # The image's lock is free: a writer can serve it.

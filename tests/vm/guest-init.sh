@@ -28,6 +28,8 @@ mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
 exec < /dev/console > /dev/console 2>&1
 
 . /pdio/settings
+# run.sh --break: deliberately broken pdio (see scenario_recover).
+if [ -n "${PDIO_TEST_BREAK:-}" ]; then export PDIO_TEST_BREAK; fi
 RES=/dev/ttyS1
 stty -F "$RES" raw -echo 2>/dev/null
 
@@ -52,10 +54,14 @@ poweroff_now() {
 }
 
 # Load the modules run.sh put in dependency order (no depmod in the guest);
-# the first step reports any that failed.
+# the first step reports any that failed.  nbd with max_part so that
+# partitions show (as modprobe nbd max_part=N would).
 : > "$STATE/insmod.failed"
 while read -r m; do
-    insmod "/modules/$m.ko" || echo "$m" >> "$STATE/insmod.failed"
+    args=""
+    [ "$m" = nbd ] && args="max_part=15"
+    # shellcheck disable=SC2086
+    insmod "/modules/$m.ko" $args || echo "$m" >> "$STATE/insmod.failed"
 done < /modules/order
 
 # Neither soft lockups nor slow TCG I/O are what this test is about.
@@ -522,10 +528,20 @@ nbdkit_pids() {
         fi
     done
 }
-# No nbdkit process at all.
+# The pids of processes whose comm is $1.
+comm_pids() {
+    for c in /proc/[0-9]*/comm; do
+        if [ "$(cat "$c" 2>/dev/null)" = "$1" ]; then
+            p=${c%/comm}; echo "${p#/proc/}"
+        fi
+    done
+}
+# No nbdkit process at all, and no supervisor (issue 12) either.
 fe_no_nbdkit() {
     left=$(nbdkit_pids)
     [ -z "$left" ] || { echo "nbdkit still running: $left"; return 1; }
+    left=$(comm_pids pdio-supervise)
+    [ -z "$left" ] || { echo "pdio-supervise still running: $left"; return 1; }
 }
 fe_connected() { [ -f "/sys/block/nbd$1/pid" ]; }
 
@@ -556,15 +572,16 @@ fe_list() {
     pdio list > "$STATE/fe.list"
     cat "$STATE/fe.list"
     pid=$(fe_pid)
-    head -n 1 "$STATE/fe.list" | grep -q '^NAME  *IMAGE  *RO  *CONNS  *BLOCK-SIZE  *DIO-ALIGN  *PID  *CACHED  *STATUS$'
+    head -n 1 "$STATE/fe.list" | grep -q '^NAME  *IMAGE  *RO  *CONNS  *BLOCK-SIZE  *DIO-ALIGN  *PID  *RESTARTS  *CACHED  *STATUS$'
     [ "$(wc -l < "$STATE/fe.list")" = 2 ]
     set -- $(sed -n 2p "$STATE/fe.list")
-    [ "$1 $2 $3 $4 $5 $6 $7 $8 $9" = "$(fe_dev) $FE_IMG 0 2 512 512 $pid 0 ok" ]
+    [ "$1 $2 $3 $4 $5 $6 $7 $8 $9 ${10}" = "$(fe_dev) $FE_IMG 0 2 512 512 $pid 0 0 ok" ]
     pdio list --json > "$STATE/fe.json"
     cat "$STATE/fe.json"
     for kv in "\"name\": \"$(fe_dev)\"" "\"back-file\": \"$FE_IMG\"" '"ro": false' \
               '"connections": 2' '"block-size": 512' '"dio-align": 512' \
-              "\"size\": $FE_SIZE" "\"pid\": $pid" '"cached": 0' '"status": "ok"'; do
+              "\"size\": $FE_SIZE" "\"pid\": $pid" '"cached": 0' '"status": "ok"' \
+              '"restarts": 0' '"reason": null'; do
         grep -qF "$kv" "$STATE/fe.json" || { echo "JSON lacks $kv"; return 1; }
     done
     head -n 2 "$STATE/fe.json" | tr -d ' \n' | grep -q '^{"nbddevices":\[$'
@@ -671,18 +688,12 @@ fe_detach_force() {
     detail "$d detached while mounted; released after umount"
 }
 
-# nbd-client attaches the device but reports failure: attach must
-# disconnect the device and stop the server it started.
+# The device is connected, then attach fails (PDIO_TEST_FAIL_AFTER_CONNECT,
+# a hook for this test): attach must disconnect the device and stop the
+# server it started, and leave no supervisor.
 fe_failed_attach() {
-    cat > /tmp/nbd-client-fails <<'EOS'
-#!/bin/sh
-nbd-client "$@"
-echo "injected failure after: nbd-client $*" >&2
-exit 1
-EOS
-    chmod +x /tmp/nbd-client-fails
     rc=0
-    PDIO_NBD_CLIENT=/tmp/nbd-client-fails pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    PDIO_TEST_FAIL_AFTER_CONNECT=1 pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
     cat "$STATE/fe.err"
     [ "$rc" = 1 ]
     grep -q "injected failure" "$STATE/fe.err"
@@ -703,7 +714,422 @@ scenario_frontend() {
     step "frontend: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
     step "frontend: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
     step "frontend: pdio detach --force of a mounted device" fe_detach_force
-    step "frontend: a failed attach leaves no device, no server, no state" fe_failed_attach
+    step "frontend: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
+}
+
+# --- the device outlives its server (issue 12) -------------------------------------
+# pdio attach leaves a supervisor that restarts a dead server and hands the
+# device fresh connections (NBD_CMD_RECONFIGURE); requests in flight are
+# resent once the request timeout (--timeout) expires, so the filesystem
+# sees a pause of about that long, not an error.  A short --timeout keeps
+# the pauses (and this scenario) short.
+#
+# Each test was shown to fail against a deliberately broken pdio:
+# run.sh --break LIST sets PDIO_TEST_BREAK in the guest (src/cli/kernel.h):
+#   no-restart            the supervisor records a death but starts no new
+#                         server: the SIGKILL, SIGABRT and restart tests
+#                         fail (fio errors, no new server, pdio restart
+#                         times out)
+#   no-give-up            the supervisor never gives up: "cannot come back"
+#                         fails (pdio list never says failed)
+#   server-exits-with-supervisor  the server runs as nbdkit -f
+#                         --exit-with-parent under the supervisor, so it
+#                         dies with it: "supervisor killed" fails (fio
+#                         errors, then the device fails)
+#   no-autoclear          mount.pdio does not arm autoclear: the mount
+#                         helper test fails (device, server left after
+#                         umount)
+#   no-partscan           attach does not read the partition table: the
+#                         partitions test fails (no nbdNp1)
+RC_IMG=/scratch/rc.img
+RC_SIZE=$((256 * 1024 * 1024))
+RC_TIMEOUT=8        # kernel request timeout: the pause at a restart
+RC_DEAD=40          # dead-connection timeout
+RC_FIO_SIZE=${RC_FIO_SIZE:-4m}
+
+rc_dev() { cat "$STATE/rc.dev"; }
+rc_idx() { d=$(rc_dev); echo "${d#/dev/nbd}"; }
+# rc_field KEY: the value in the device's pdio record.
+rc_field() { sed -n "s/^$1=//p" "/run/pdio/nbd$(rc_idx).rec"; }
+# I/O errors the kernel logged for nbd devices so far.
+nbd_io_errors() { dmesg | grep -c 'I/O error.*nbd\|nbd.*I/O error' || true; }
+
+rc_attach() {
+    rm -f "$RC_IMG"
+    truncate -s "$RC_SIZE" "$RC_IMG"
+    echo "$RC_IMG" > "$STATE/img"
+    pdio attach --timeout "$RC_TIMEOUT" --dead-timeout "$RC_DEAD" "$RC_IMG" > "$STATE/rc.dev"
+    mkfs.ext4 -F -q "$(rc_dev)"
+    mount -t ext4 -o noinit_itable "$(rc_dev)" "$MNT"
+    mkdir -p "$MNT/fio"
+    sup=$(rc_field supervisor_pid)
+    detail "$(rc_dev), server pid $(rc_field server_pid), supervisor pid $sup ($(cat "/proc/$sup/comm")), timeout $RC_TIMEOUT s, dead-connection timeout $RC_DEAD s"
+    [ "$(cat "/proc/$sup/comm")" = pdio-supervise ]
+}
+
+# fio in a loop (each run writes and verifies its own files) until
+# $STATE/rc.stop exists; one JSON output per run, failures in rc.fiofail.
+rc_fio_loop() {
+    tag=$1
+    rm -f "$STATE/rc.stop" "$STATE/rc.fiofail" "$STATE/rc.fioruns"
+    (
+        i=0
+        while [ ! -f "$STATE/rc.stop" ]; do
+            i=$((i + 1))
+            FIO_DIR=$MNT/fio FIO_SIZE=$RC_FIO_SIZE fio --output-format=json \
+                --output="$LOGS/fio-rc-$tag-$i.json" /pdio/fio/recover.fio ||
+                echo "run $i: exit $?" >> "$STATE/rc.fiofail"
+        done
+        echo "$i" > "$STATE/rc.fioruns"
+    ) &
+    echo $! > "$STATE/rc.fiopid"
+}
+
+# The largest completion latency (ms) and the error count over the runs'
+# JSON outputs of tag.
+rc_fio_figures() {
+    tag=$1
+    cat "$LOGS"/fio-rc-$tag-*.json | awk '
+        /"clat_ns"/ { inclat = 1 }
+        inclat && /"max"/ { gsub(/[^0-9]/, "", $3); if ($3 + 0 > max) max = $3 + 0; inclat = 0 }
+        /"error" *:/ { v = $3; gsub(/[^0-9]/, "", v); errs += v }
+        /"total_err"/ { v = $3; gsub(/[^0-9]/, "", v); errs += v }
+        END { printf "%d %d\n", max / 1000000, errs }'
+}
+
+# A probe beside fio: one 4 KiB O_DIRECT write to a file on the mounted
+# filesystem every 0.1 s, each logged as "start end" (uptime, 10 ms
+# resolution).  The longest write spanning a replacement is the pause the
+# filesystem saw at it.
+rc_probe() {
+    rm -f "$STATE/rc.probe" "$STATE/rc.kills"
+    dd if=/dev/zero of="$MNT/probe" bs=4096 count=1 oflag=direct 2>/dev/null
+    (
+        while [ ! -f "$STATE/rc.stop" ]; do
+            a=$(cut -d' ' -f1 /proc/uptime)
+            dd if=/dev/zero of="$MNT/probe" bs=4096 count=1 oflag=direct conv=notrunc 2>/dev/null ||
+                echo "probe write failed" >> "$STATE/rc.fiofail"
+            b=$(cut -d' ' -f1 /proc/uptime)
+            echo "$a $b" >> "$STATE/rc.probe"
+            sleep 0.1
+        done
+    ) &
+    echo $! > "$STATE/rc.probepid"
+}
+
+# The pause at each replacement (uptime in rc.kills): the longest probe
+# write that ended after it and began at most 1 s after it (the next
+# replacement is at least 2 s later), in ms.  Requests already in flight
+# at the death wait longer, until the request timeout resends them: fio's
+# largest completion latency shows that.
+rc_pauses() {
+    awk 'NR == FNR { k[++n] = $1; next }
+         { for (i = 1; i <= n; i++) if ($2 >= k[i] && $1 <= k[i] + 1 && $2 - $1 > p[i]) p[i] = $2 - $1 }
+         END { for (i = 1; i <= n; i++) printf "%d ", p[i] * 1000 }' \
+        "$STATE/rc.kills" "$STATE/rc.probe"
+}
+
+# rc_replace HOW N: replace the server N times at random moments (2..5 s
+# apart) while fio runs; each time wait for the supervisor's new server.
+rc_replace() {
+    how=$1 count=$2
+    errs0=$(nbd_io_errors)
+    r0=$(rc_field restarts)
+    rc_fio_loop "$how"
+    rc_probe
+    k=0
+    while [ $k -lt "$count" ]; do
+        sleep $(($(od -An -N1 -tu1 /dev/urandom) % 4 + 2))
+        old=$(rc_field server_pid)
+        # (kill 0 would signal this test's own process group.)
+        case $old in ''|0) echo "no server to replace (server_pid=$old)"; touch "$STATE/rc.stop"; return 1 ;; esac
+        t0=$(date +%s)
+        cut -d' ' -f1 /proc/uptime >> "$STATE/rc.kills"
+        case $how in
+        kill) kill -KILL "$old" ;;
+        abort) kill -ABRT "$old" ;;
+        restart) pdio restart "$(rc_dev)" ;;
+        esac
+        k=$((k + 1))
+        n=0
+        while :; do
+            new=$(rc_field server_pid)
+            if [ "$(rc_field restarts)" = $((r0 + k)) ] && [ -n "$new" ] &&
+               [ "$new" != 0 ] && [ "$new" != "$old" ] && [ -d "/proc/$new" ]; then
+                break
+            fi
+            n=$((n + 1))
+            [ $n -lt 600 ] || { echo "no new server 60 s after $how $k"; touch "$STATE/rc.stop"; return 1; }
+            sleep 0.1
+        done
+        log "$how $k: server $old -> $new in $(($(date +%s) - t0)) s"
+    done
+    # Let fio run on the last new server a little, then end the loop.
+    sleep 3
+    touch "$STATE/rc.stop"
+    wait "$(cat "$STATE/rc.fiopid")" 2>/dev/null || true
+    wait "$(cat "$STATE/rc.probepid")" 2>/dev/null || true
+    n=0
+    while [ ! -f "$STATE/rc.fioruns" ]; do
+        n=$((n + 1)); [ $n -lt 3000 ] || { echo "fio loop did not end"; return 1; }
+        sleep 0.1
+    done
+    pdio list
+    pdio list --json > "$STATE/rc.json"
+    cat "$STATE/rc.json"
+    grep "pdio-supervise" "/run/pdio/nbd$(rc_idx).supervisor.log" | tail -n "$count" || true
+    handed=$(grep -o 'died\|[0-9]* ms after' "/run/pdio/nbd$(rc_idx).supervisor.log" |
+        grep ms | tail -n "$count" | sed 's/ ms after//' | tr '\n' ' ')
+    set -- $(rc_fio_figures "$how")
+    maxlat=$1 fioerrs=$2
+    errs=$(($(nbd_io_errors) - errs0))
+    restarts=$(rc_field restarts)
+    reason=$(rc_field reason)
+    runs=$(cat "$STATE/rc.fioruns")
+    pauses=$(rc_pauses)
+    diag "$how x$count: filesystem paused ${pauses}ms at the replacements (probe writes); supervisor handed over new connections ${handed}ms after each death; fio $runs runs, $fioerrs errors, max completion latency ${maxlat} ms; kernel I/O errors: $errs"
+    detail "restarts $r0 -> $restarts (last: $reason); pauses ${pauses}ms; new connections after ${handed}ms; fio: $runs runs, $fioerrs errors, max latency $maxlat ms; kernel I/O errors $errs"
+    [ ! -s "$STATE/rc.fiofail" ] || { cat "$STATE/rc.fiofail"; return 1; }
+    [ "$fioerrs" = 0 ]
+    [ "$errs" = 0 ]
+    [ "$restarts" = $((r0 + count)) ]
+    grep -q "\"restarts\": $restarts" "$STATE/rc.json"
+    case $how in
+    kill) [ "$reason" = "server killed by SIGKILL" ] ;;
+    abort) case $reason in "server killed by SIGABRT"*) ;; *) return 1 ;; esac ;;
+    restart) [ "$reason" = "pdio restart" ] ;;
+    esac
+}
+
+rc_fsck() {
+    umount "$MNT"
+    e2fsck -fn "$(rc_dev)"
+    mount -t ext4 "$(rc_dev)" "$MNT"
+}
+
+# The supervisor is killed: the device keeps working (a fio run), list
+# says so, and pdio detach still cleans up everything.
+rc_supervisor_killed() {
+    sup=$(rc_field supervisor_pid)
+    server=$(rc_field server_pid)
+    kill -KILL "$sup"
+    sleep 1
+    errs0=$(nbd_io_errors)
+    FIO_DIR=$MNT/fio FIO_SIZE=$RC_FIO_SIZE fio --output-format=json \
+        --output="$LOGS/fio-rc-unsupervised-1.json" /pdio/fio/recover.fio
+    set -- $(rc_fio_figures unsupervised)
+    pdio list | tee "$STATE/rc.list"
+    grep -q "ok, unsupervised" "$STATE/rc.list"
+    umount "$MNT"
+    e2fsck -fn "$(rc_dev)"
+    pdio detach "$(rc_dev)"
+    if fe_connected "$(rc_idx)"; then echo "still connected"; return 1; fi
+    [ ! -d "/proc/$server" ]
+    fe_no_state
+    fe_no_nbdkit
+    detail "supervisor $sup killed: fio $2 errors, kernel I/O errors $(($(nbd_io_errors) - errs0)); detach left no server, no state"
+    [ "$2" = 0 ] && [ "$(nbd_io_errors)" = "$errs0" ]
+}
+
+# The image is removed, then the server killed: the supervisor cannot
+# bring it back, gives up and says why; reads fail within the timeouts
+# instead of hanging; pdio detach cleans up.
+rc_cannot_come_back() {
+    img=/scratch/gone.img
+    rm -f "$img"
+    truncate -s 64M "$img"
+    d=$(pdio attach --timeout 4 --dead-timeout 15 "$img")
+    i=${d#/dev/nbd}
+    dd if="$d" of=/dev/null bs=4096 count=16 iflag=direct
+    server=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    rm -f "$img"
+    t0=$(date +%s)
+    kill -KILL "$server"
+    rc=0
+    timeout 90 dd if="$d" of=/dev/null bs=4096 count=16 skip=100 iflag=direct || rc=$?
+    t=$(($(date +%s) - t0))
+    n=0
+    while ! grep -q '^gave_up=1' "/run/pdio/nbd$i.rec"; do
+        n=$((n + 1)); [ $n -lt 600 ] || { echo "the supervisor did not give up"; pdio list; return 1; }
+        sleep 0.1
+    done
+    pdio list | tee "$STATE/rc.list"
+    why=$(grep "^$d " "$STATE/rc.list" | sed 's/.* failed: //')
+    pdio detach "$d"
+    if fe_connected "$i"; then echo "still connected"; return 1; fi
+    fe_no_state
+    fe_no_nbdkit
+    detail "read after the kill: dd exit $rc after ${t}s (dead-connection timeout 15 s); pdio list: failed: $why; detached"
+    [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$t" -le 40 ]
+    grep -q "failed: gave up: nbdkit could not serve" "$STATE/rc.list"
+}
+
+# One connection (the default on a one-CPU machine): the kernel requeues a
+# timed-out request on a single connection too (nbd_xmit_timeout, since
+# Linux 5.10) and waits for the new socket.  Raw O_DIRECT writes of one
+# random 64 KiB pattern in a loop across a SIGKILL, then every one read
+# back and compared.  (Broken variant: no-restart, the writes fail.)
+rc_single() {
+    img=/scratch/one.img
+    rm -f "$img" "$STATE/one.fail" "$STATE/one.stop" "$STATE/one.n"
+    truncate -s 64M "$img"
+    d=$(pdio attach --connections 1 --timeout 4 --dead-timeout 30 "$img")
+    i=${d#/dev/nbd}
+    [ "$(ls "/sys/block/nbd$i/mq" | wc -l)" = 1 ]
+    head -c 65536 /dev/urandom > /tmp/one.pat
+    errs0=$(nbd_io_errors)
+    (
+        n=0
+        while [ ! -f "$STATE/one.stop" ] && [ $n -lt 1000 ]; do
+            dd if=/tmp/one.pat of="$d" bs=65536 count=1 seek=$n oflag=direct conv=notrunc 2>/dev/null ||
+                echo "write $n failed" >> "$STATE/one.fail"
+            n=$((n + 1))
+        done
+        echo "$n" > "$STATE/one.n"
+    ) &
+    loop=$!
+    sleep 2
+    server=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    case $server in ''|0) echo "no server"; touch "$STATE/one.stop"; return 1 ;; esac
+    kill -KILL "$server"
+    t=0
+    until grep -q '^restarts=1$' "/run/pdio/nbd$i.rec" && [ "$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")" != 0 ]; do
+        t=$((t + 1)); [ $t -lt 400 ] || { echo "no restart"; break; }
+        sleep 0.1
+    done
+    sleep 6
+    touch "$STATE/one.stop"
+    wait "$loop" || true
+    n=$(cat "$STATE/one.n")
+    bad=0 k=0
+    while [ $k -lt "$n" ]; do
+        dd if="$d" bs=65536 count=1 skip=$k iflag=direct 2>/dev/null | cmp -s - /tmp/one.pat || bad=$((bad + 1))
+        k=$((k + 1))
+    done
+    errs=$(($(nbd_io_errors) - errs0))
+    restarts=$(sed -n 's/^restarts=//p' "/run/pdio/nbd$i.rec")
+    pdio detach "$d"
+    detail "1 connection: $n writes of 64 KiB across a SIGKILL, $(cat "$STATE/one.fail" 2>/dev/null | wc -l) failed, $bad read back wrong, restarts $restarts, kernel I/O errors $errs"
+    [ ! -s "$STATE/one.fail" ] && [ "$bad" = 0 ] && [ "$errs" = 0 ] && [ "$restarts" = 1 ] && [ "$n" -gt 0 ]
+}
+
+scenario_recover() {
+    step "recover: pdio attach (timeout $RC_TIMEOUT s), mkfs.ext4, mount; a supervisor runs" rc_attach
+    step "recover: server SIGKILLed 3 times during fio verify: 0 errors, 3 restarts" rc_replace kill 3
+    step "recover: unmount, e2fsck -fn clean, remount" rc_fsck
+    step "recover: server SIGABRTed during fio verify: 0 errors" rc_replace abort 1
+    step "recover: pdio restart twice during fio verify: 0 errors" rc_replace restart 2
+    step "recover: unmount, e2fsck -fn clean, remount" rc_fsck
+    step "recover: supervisor killed: I/O keeps working, pdio detach cleans up" rc_supervisor_killed
+    step "recover: one connection: raw O_DIRECT writes across a SIGKILL, all read back" rc_single
+    step "recover: a server that cannot come back: I/O errors within the timeouts, list says why, detach cleans up" rc_cannot_come_back
+}
+
+# --- mount -t pdio and fstab (issue 12) -----------------------------------------------
+MT_IMG=/scratch/mt.img
+# util-linux mount(8), which runs helpers (busybox's applets win over PATH
+# in the guest's shell, and its mount does not).
+MOUNT=/usr/bin/mount UMOUNT=/usr/bin/umount
+
+# Nothing of an autoclear device left: not connected, no record, no
+# server, no supervisor, 0 pages of the image cached.
+mt_all_gone() {
+    n=0
+    while [ -n "$(ls /run/pdio | grep '^nbd[0-9]' || true)" ] ||
+          [ -n "$(nbdkit_pids)" ] || [ -n "$(comm_pids pdio-supervise)" ]; do
+        n=$((n + 1))
+        [ $n -lt 150 ] || { ls -l /run/pdio; fe_no_state; fe_no_nbdkit; return 1; }
+        sleep 0.1
+    done
+    for b in /sys/block/nbd*; do
+        [ ! -f "$b/pid" ] || { echo "$b still connected"; return 1; }
+    done
+    pages=$(fincore -rno PAGES "$MT_IMG")
+    echo "$pages" > "$STATE/mt.pages"
+    [ "$pages" = 0 ]
+}
+
+mt_helper() {
+    rm -f "$MT_IMG"
+    truncate -s 128M "$MT_IMG"
+    mkfs.ext4 -F -q "$MT_IMG"
+    # mkfs wrote through the page cache; what pdio leaves there is the test.
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    $MOUNT -t pdio "$MT_IMG" "$MNT"
+    grep " $MNT " /proc/mounts
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    FILES=20
+    write_files
+    pdio list | tee "$STATE/mt.list"
+    grep -q '^autoclear=1$' "/run/pdio/${dev#/dev/}.rec"
+    $UMOUNT "$MNT"
+    mt_all_gone
+    detail "mount -t pdio mounted $dev (ext4 detected), 20 files written; after umount: no device, server, supervisor or state, fincore $(cat "$STATE/mt.pages") pages"
+}
+
+mt_fstab() {
+    echo "$MT_IMG $MNT pdio defaults 0 0" > /etc/fstab
+    $MOUNT -a
+    grep " $MNT " /proc/mounts
+    verify_files_n 20
+    $UMOUNT "$MNT"
+    mt_all_gone
+    echo "$MT_IMG $MNT pdio ro,fstype=ext4 0 0" > /etc/fstab
+    $MOUNT -a
+    grep " $MNT " /proc/mounts | grep -q ' ro[ ,]'
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    ro=$(cat "/sys/block/${dev#/dev/}/ro")
+    verify_files_n 20
+    $UMOUNT "$MNT"
+    mt_all_gone
+    rm -f /etc/fstab
+    detail "fstab 'IMAGE $MNT pdio defaults 0 0' mounted by mount -a, 20 checksums match; 'ro,fstype=ext4' mounts read-only (device ro=$ro); nothing left after each umount"
+    [ "$ro" = 1 ]
+}
+
+verify_files_n() {
+    FILES=$1
+    verify_files
+}
+
+scenario_mount() {
+    step "mount: mount -t pdio IMAGE /mnt, write, umount: nothing left, fincore 0" mt_helper
+    step "mount: fstab entries mounted by mount -a (rw, then ro with fstype=)" mt_fstab
+}
+
+# --- partitions (issue 12) ----------------------------------------------------------------
+PT_IMG=/scratch/pt.img
+
+pt_test() {
+    rm -f "$PT_IMG"
+    truncate -s 96M "$PT_IMG"
+    printf 'label: gpt\nsize=24MiB\nsize=48MiB\n' | sfdisk -q "$PT_IMG"
+    d=$(pdio attach "$PT_IMG")
+    i=${d#/dev/nbd}
+    n=0
+    while [ ! -b "${d}p2" ]; do
+        n=$((n + 1)); [ $n -lt 50 ] || { ls /sys/block/nbd$i; echo "no ${d}p2"; pdio detach "$d"; return 1; }
+        sleep 0.1
+    done
+    parts=$(ls "/sys/block/nbd$i" | grep "^nbd${i}p" | tr '\n' ' ')
+    mkfs.ext4 -F -q "${d}p2"
+    mount -t ext4 "${d}p2" "$MNT"
+    echo hello > "$MNT/hello"
+    umount "$MNT"
+    pdio detach "$d"
+    n=0
+    while [ -e "/sys/block/nbd$i/nbd${i}p1" ] || [ -e "/sys/block/nbd$i/nbd${i}p2" ]; do
+        n=$((n + 1)); [ $n -lt 50 ] || { echo "partitions left after detach: $(ls /sys/block/nbd$i)"; return 1; }
+        sleep 0.1
+    done
+    fe_no_state
+    detail "$d shows $parts; ${d}p2 mkfs/mount/write/umount; detach removed both"
+    [ "$parts" = "nbd${i}p1 nbd${i}p2 " ]
+}
+
+scenario_partitions() {
+    step "partitions: a GPT image (sfdisk) shows nbdNp1 and nbdNp2, p2 mounts, detach removes both" pt_test
 }
 
 # --- the scratch disk -----------------------------------------------------------------

@@ -13,10 +13,10 @@
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
-#                       align4096,sector4k,reference,frontend, and native-ext4,
-#                       native-xfs, native-fio, native-align4096,
-#                       native-sector4k (the same with pdio's own server)
-#                       (default: all, in that order)
+#                       align4096,sector4k,reference,frontend,recover,mount,
+#                       partitions, and native-ext4, native-xfs, native-fio,
+#                       native-align4096, native-sector4k (the same with
+#                       pdio's own server) (default: all, in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -25,6 +25,9 @@
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
 #   --shell             no tests: boot to a busybox shell on this terminal
+#   --break LIST        run a deliberately broken pdio (PDIO_TEST_BREAK in
+#                       the guest, see guest-init.sh's scenario_recover):
+#                       the issue 12 tests must then fail
 #
 # Environment: PDIO_VM_CACHE (default /var/cache/pdio-vm) holds the unpacked
 # kernel and the cached part of the initramfs, outside the git tree so every
@@ -37,7 +40,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k"
+break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
 timeout=${PDIO_VM_TIMEOUT:-1200}
@@ -62,6 +66,8 @@ while [ $# -gt 0 ]; do
     --timeout=*) timeout=${1#*=} ;;
     --workdir) workdir=${2:?}; shift ;;
     --workdir=*) workdir=${1#*=} ;;
+    --break) break_list=${2:?}; shift ;;
+    --break=*) break_list=${1#*=} ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown argument: $1" >&2; usage ;;
     esac
@@ -70,7 +76,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend) ;;
+    ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend|recover|mount|partitions) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -99,7 +105,7 @@ pdio=$(cd "$(dirname "$pdio")" && pwd)/$(basename "$pdio")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim timeout; do
+        fincore fstrim sfdisk timeout; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
 done
 busybox_bin=$(command -v busybox)
@@ -172,7 +178,7 @@ fetch_kernel() {
 
 # Programs the guest runs, from this machine (busybox covers the rest).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
-  xfs_io fincore fstrim blockdev"
+  xfs_io fincore fstrim blockdev mount umount sfdisk"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs"
@@ -362,12 +368,16 @@ chmod 755 "$ov/init"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin"
 cp "$pdio" "$ov/usr/bin/pdio"
+# mount(8) finds the helper in /sbin (/usr/sbin here, merged /usr).
+mkdir -p "$ov/usr/sbin"
+ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
     echo "FIO_SIZE='$fio_size'"
     echo "FILES='$files'"
     echo "SHELL_ONLY='$shell'"
+    echo "PDIO_TEST_BREAK='$break_list'"
     echo "HOST_NBDKIT_VERSION='$(nbdkit --version | awk '{print $2}')'"
 } > "$ov/pdio/settings"
 (cd "$ov" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >> "$work/initrd.cpio"

@@ -1,0 +1,141 @@
+/* /dev/nbdN connected by pdio itself: negotiate the connections with the
+ * server (nbd_handshake.c), hand them to the kernel over netlink
+ * (nbd_netlink.c), show the partitions, arm autoclear, disconnect.  What
+ * attach, detach, the supervisor and mount.pdio share.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include <linux/fs.h>
+#include <linux/nbd.h>
+
+#include "kernel.h"
+
+
+
+
+bool
+device_connect (const struct record *r, char *why, size_t len)
+{
+  int idx = nbd_index (r->device), fds[MAX_CONNECTIONS];
+  struct nbd_export e;
+  struct nbdnl_device d;
+  bool ok;
+
+  if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
+    return false;
+  if (r->connections > 1 && !(e.flags & NBD_FLAG_CAN_MULTI_CONN)) {
+    snprintf (why, len, "%s: the server does not advertise multi-conn",
+              r->socket);
+    ok = false;
+  }
+  else {
+    d = (struct nbdnl_device) {
+      .index = idx, .size = r->size - r->size % r->block_size,
+      .block_size = r->block_size, .server_flags = e.flags,
+      .timeout = r->timeout, .dead_timeout = r->dead_timeout,
+    };
+    ok = nbdnl_connect (&d, fds, r->connections, why, len);
+  }
+  /* The kernel holds its own references to the sockets. */
+  for (unsigned i = 0; i < r->connections; i++)
+    close (fds[i]);
+  if (!ok)
+    return false;
+  for (unsigned t = 0; !(nbd_connected (idx) && nbd_size (idx)); t += 50) {
+    if (t >= 10000) {
+      snprintf (why, len, "%s: connected over netlink but the device did "
+                "not come up within 10 s", r->device);
+      return false;
+    }
+    msleep (50);
+  }
+  return true;
+}
+
+void
+device_scan_partitions (const char *device)
+{
+  /* The kernel reads the partition table at the next open after the
+   * size is set; with no udev to open it, nobody would.  BLKRRPART makes
+   * it explicit (as losetup -P does); EINVAL means no partitions allowed
+   * (nbd loaded with max_part=0).
+   */
+  int fd = open (device, O_RDONLY | O_CLOEXEC);
+
+  if (fd >= 0) {
+    if (ioctl (fd, BLKRRPART) == -1 && errno != EINVAL)
+      warnf ("pdio: warning: %s: cannot read its partition table: %m",
+             device);
+    close (fd);
+  }
+}
+
+void
+device_drop_partitions (const char *device)
+{
+  /* The kernel keeps nbdNp1... after a disconnect; opening the device,
+   * now of size 0, rereads the (empty) table and removes them.  Not if
+   * the device is still in use (detach --force of a mounted one).
+   */
+  int fd = open (device, O_RDONLY | O_CLOEXEC);
+
+  if (fd >= 0) {
+    if (nbd_size (nbd_index (device)) == 0)
+      ioctl (fd, BLKRRPART);
+    close (fd);
+  }
+}
+
+bool
+device_autoclear (const char *device, char *why, size_t len)
+{
+  return nbdnl_reconfigure (nbd_index (device), NULL, 0,
+                         NBD_CFLAG_DISCONNECT_ON_CLOSE, why, len);
+}
+
+bool
+device_connected (int idx)
+{
+  char why[256];
+  int r = nbdnl_status (idx, why, sizeof why);
+
+  /* No netlink family (no driver, or a fake sysfs in the tests): what
+   * sysfs says, which is the same fact (the pid file exists while the
+   * device has a configuration).
+   */
+  return r >= 0 ? r == 1 : nbd_connected (idx);
+}
+
+bool
+device_disconnect (const char *device, char *why, size_t len)
+{
+  return nbdnl_disconnect (nbd_index (device), why, len);
+}
+
+bool
+device_reconnect (const struct record *r, char *why, size_t len)
+{
+  int fds[MAX_CONNECTIONS];
+  struct nbd_export e;
+  bool ok;
+
+  if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
+    return false;
+  if (e.size != r->size) {
+    snprintf (why, len, "the new server's size %llu differs from %llu",
+              (unsigned long long) e.size, (unsigned long long) r->size);
+    ok = false;
+  }
+  else
+    ok = nbdnl_reconfigure (nbd_index (r->device), fds, r->connections, -1,
+                         why, len);
+  for (unsigned i = 0; i < r->connections; i++)
+    close (fds[i]);
+  return ok;
+}

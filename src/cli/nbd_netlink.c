@@ -1,0 +1,285 @@
+/* The kernel nbd driver's generic netlink family ("nbd", linux/nbd-netlink.h)
+ * through libnl-genl-3, the library nbd-client uses.  Netlink, not the
+ * ioctls: a netlink-configured device needs no process parked in
+ * NBD_DO_IT, takes fresh sockets for a live device (NBD_CMD_RECONFIGURE)
+ * and can wait for them (NBD_ATTR_DEAD_CONN_TIMEOUT), which is what lets a
+ * device outlive its server.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <netlink/genl/ctrl.h>
+#include <netlink/genl/genl.h>
+#include <netlink/netlink.h>
+#include <linux/nbd-netlink.h>
+
+#include "kernel.h"
+
+/* A connected generic netlink socket and the family's id. */
+static struct nl_sock *
+open_family (int *family, char *why, size_t len)
+{
+  struct nl_sock *s = nl_socket_alloc ();
+  int err;
+
+  if (s == NULL) {
+    snprintf (why, len, "netlink: out of memory");
+    return NULL;
+  }
+  if ((err = genl_connect (s)) < 0) {
+    snprintf (why, len, "netlink: %s", nl_geterror (err));
+    nl_socket_free (s);
+    return NULL;
+  }
+  *family = genl_ctrl_resolve (s, NBD_GENL_FAMILY_NAME);
+  if (*family < 0) {
+    snprintf (why, len, "the kernel has no nbd netlink family (%s): is "
+              "the nbd module loaded?", nl_geterror (*family));
+    nl_socket_free (s);
+    return NULL;
+  }
+  return s;
+}
+
+static struct nl_msg *
+new_msg (int family, uint8_t cmd)
+{
+  struct nl_msg *m = nlmsg_alloc ();
+
+  if (m && genlmsg_put (m, NL_AUTO_PORT, NL_AUTO_SEQ, family, 0, 0, cmd,
+                        NBD_GENL_VERSION) == NULL) {
+    nlmsg_free (m);
+    m = NULL;
+  }
+  return m;
+}
+
+static int
+put_sockets (struct nl_msg *m, const int *fds, unsigned n)
+{
+  struct nlattr *socks, *item;
+
+  if ((socks = nla_nest_start (m, NBD_ATTR_SOCKETS)) == NULL)
+    return -1;
+  for (unsigned i = 0; i < n; i++) {
+    if ((item = nla_nest_start (m, NBD_SOCK_ITEM)) == NULL ||
+        nla_put_u32 (m, NBD_SOCK_FD, fds[i]) < 0)
+      return -1;
+    nla_nest_end (m, item);
+  }
+  nla_nest_end (m, socks);
+  return 0;
+}
+
+/* Sends m and waits for the kernel's answer; valid messages go to cb. */
+static bool
+transact (struct nl_sock *s, struct nl_msg *m, const char *what,
+          nl_recvmsg_msg_cb_t cb, void *arg, char *why, size_t len)
+{
+  int err;
+
+  if (cb)
+    nl_socket_modify_cb (s, NL_CB_VALID, NL_CB_CUSTOM, cb, arg);
+  err = nl_send_sync (s, m);    /* frees m */
+  if (err < 0) {
+    /* libnl maps the kernel's errno onto its own codes; the kernel's
+     * own message (dmesg) says more, e.g. "nbd0 already in use".
+     */
+    snprintf (why, len, "netlink %s: %s", what, nl_geterror (err));
+    return false;
+  }
+  return true;
+}
+
+bool
+nbdnl_connect (const struct nbdnl_device *d, const int *fds, unsigned n,
+            char *why, size_t len)
+{
+  int family;
+  struct nl_sock *s = open_family (&family, why, len);
+  struct nl_msg *m;
+  bool ok;
+
+  if (s == NULL)
+    return false;
+  m = new_msg (family, NBD_CMD_CONNECT);
+  if (m == NULL ||
+      nla_put_u32 (m, NBD_ATTR_INDEX, d->index) < 0 ||
+      nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, d->size) < 0 ||
+      nla_put_u64 (m, NBD_ATTR_BLOCK_SIZE_BYTES, d->block_size) < 0 ||
+      nla_put_u64 (m, NBD_ATTR_SERVER_FLAGS, d->server_flags) < 0 ||
+      nla_put_u64 (m, NBD_ATTR_TIMEOUT, d->timeout) < 0 ||
+      nla_put_u64 (m, NBD_ATTR_DEAD_CONN_TIMEOUT, d->dead_timeout) < 0 ||
+      put_sockets (m, fds, n) < 0) {
+    snprintf (why, len, "netlink: cannot build NBD_CMD_CONNECT");
+    nlmsg_free (m);
+    nl_socket_free (s);
+    return false;
+  }
+  ok = transact (s, m, "NBD_CMD_CONNECT", NULL, NULL, why, len);
+  nl_socket_free (s);
+  return ok;
+}
+
+bool
+nbdnl_disconnect (int index, char *why, size_t len)
+{
+  int family;
+  struct nl_sock *s = open_family (&family, why, len);
+  struct nl_msg *m;
+  bool ok;
+
+  if (s == NULL)
+    return false;
+  m = new_msg (family, NBD_CMD_DISCONNECT);
+  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0) {
+    snprintf (why, len, "netlink: cannot build NBD_CMD_DISCONNECT");
+    nlmsg_free (m);
+    nl_socket_free (s);
+    return false;
+  }
+  ok = transact (s, m, "NBD_CMD_DISCONNECT", NULL, NULL, why, len);
+  nl_socket_free (s);
+  return ok;
+}
+
+bool
+nbdnl_reconfigure (int index, const int *fds, unsigned n, int64_t client_flags,
+                char *why, size_t len)
+{
+  int family;
+  struct nl_sock *s = open_family (&family, why, len);
+  struct nl_msg *m;
+  bool ok;
+
+  if (s == NULL)
+    return false;
+  m = new_msg (family, NBD_CMD_RECONFIGURE);
+  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0 ||
+      (n && put_sockets (m, fds, n) < 0) ||
+      (client_flags >= 0 &&
+       nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS, client_flags) < 0)) {
+    snprintf (why, len, "netlink: cannot build NBD_CMD_RECONFIGURE");
+    nlmsg_free (m);
+    nl_socket_free (s);
+    return false;
+  }
+  ok = transact (s, m, "NBD_CMD_RECONFIGURE", NULL, NULL, why, len);
+  nl_socket_free (s);
+  return ok;
+}
+
+struct status_arg {
+  int index;
+  int connected;
+};
+
+static int
+status_cb (struct nl_msg *m, void *arg)
+{
+  struct status_arg *a = arg;
+  struct nlattr *attrs[NBD_ATTR_MAX + 1], *item;
+  int rem;
+
+  if (genlmsg_parse (nlmsg_hdr (m), 0, attrs, NBD_ATTR_MAX, NULL) < 0 ||
+      attrs[NBD_ATTR_DEVICE_LIST] == NULL)
+    return NL_OK;
+  nla_for_each_nested (item, attrs[NBD_ATTR_DEVICE_LIST], rem) {
+    struct nlattr *dev[NBD_DEVICE_ATTR_MAX + 1];
+
+    if (nla_type (item) != NBD_DEVICE_ITEM ||
+        nla_parse_nested (dev, NBD_DEVICE_ATTR_MAX, item, NULL) < 0 ||
+        dev[NBD_DEVICE_INDEX] == NULL || dev[NBD_DEVICE_CONNECTED] == NULL)
+      continue;
+    if ((int) nla_get_u32 (dev[NBD_DEVICE_INDEX]) == a->index)
+      a->connected = nla_get_u8 (dev[NBD_DEVICE_CONNECTED]) != 0;
+  }
+  return NL_OK;
+}
+
+int
+nbdnl_status (int index, char *why, size_t len)
+{
+  int family;
+  struct nl_sock *s = open_family (&family, why, len);
+  struct status_arg a = { .index = index, .connected = -1 };
+  struct nl_msg *m;
+
+  if (s == NULL)
+    return -1;
+  m = new_msg (family, NBD_CMD_STATUS);
+  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0) {
+    snprintf (why, len, "netlink: cannot build NBD_CMD_STATUS");
+    nlmsg_free (m);
+    nl_socket_free (s);
+    return -1;
+  }
+  if (transact (s, m, "NBD_CMD_STATUS", status_cb, &a, why, len) &&
+      a.connected < 0)
+    snprintf (why, len, "netlink NBD_CMD_STATUS: no answer for nbd%d",
+              index);
+  nl_socket_free (s);
+  return a.connected;
+}
+
+struct nl_sock *
+nbdnl_events_open (char *why, size_t len)
+{
+  int family, group, err;
+  struct nl_sock *s = open_family (&family, why, len);
+
+  if (s == NULL)
+    return NULL;
+  group = genl_ctrl_resolve_grp (s, NBD_GENL_FAMILY_NAME,
+                                 NBD_GENL_MCAST_GROUP_NAME);
+  if (group < 0 || (err = nl_socket_add_membership (s, group)) < 0) {
+    snprintf (why, len, "netlink: cannot join %s: %s",
+              NBD_GENL_MCAST_GROUP_NAME,
+              nl_geterror (group < 0 ? group : err));
+    nl_socket_free (s);
+    return NULL;
+  }
+  /* Events are not answers to our requests. */
+  nl_socket_disable_seq_check (s);
+  nl_socket_set_nonblocking (s);
+  return s;
+}
+
+int
+nbdnl_events_fd (struct nl_sock *s)
+{
+  return nl_socket_get_fd (s);
+}
+
+static int
+event_cb (struct nl_msg *m, void *arg)
+{
+  int *index = arg;
+  struct genlmsghdr *g = nlmsg_data (nlmsg_hdr (m));
+  struct nlattr *attrs[NBD_ATTR_MAX + 1];
+
+  if (g->cmd == NBD_CMD_LINK_DEAD &&
+      genlmsg_parse (nlmsg_hdr (m), 0, attrs, NBD_ATTR_MAX, NULL) == 0 &&
+      attrs[NBD_ATTR_INDEX])
+    *index = nla_get_u32 (attrs[NBD_ATTR_INDEX]);
+  return NL_OK;
+}
+
+int
+nbdnl_events_read (struct nl_sock *s)
+{
+  struct nl_cb *cb = nl_socket_get_cb (s);
+  int index = -2, n;
+
+  nl_cb_set (cb, NL_CB_VALID, NL_CB_CUSTOM, event_cb, &index);
+  n = nl_recvmsgs_report (s, cb);
+  nl_cb_put (cb);
+  if (n == 0 || n == -NLE_AGAIN)
+    return -3;
+  if (n < 0)
+    return -1;
+  return index;
+}

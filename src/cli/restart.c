@@ -1,0 +1,115 @@
+/* pdio restart DEVICE|IMAGE: replace the server on purpose (after an
+ * upgrade, say) while the device stays connected and mounted.  The
+ * supervisor does it (SIGUSR1): it kills the server, starts a new one and
+ * hands the device fresh connections; this waits until the record says
+ * it is done.
+ */
+#include <config.h>
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernel.h"
+
+#define CMD "pdio restart"
+/* The lock wait and the attempts with their backoff. */
+#define RESTART_WAIT_MS 60000
+
+static void
+usage (FILE *fp)
+{
+  fprintf (fp,
+"Usage: pdio restart DEVICE|IMAGE\n"
+"Replace the device's server with a new one; the device stays connected\n"
+"(requests wait, then are resent).\n");
+}
+
+/* The record a DEVICE or IMAGE argument names. */
+static bool
+find_record (const char *what, struct record *out)
+{
+  char real[PATH_MAX];
+  int idx = nbd_index (what);
+  struct record *recs;
+  bool found = false;
+  size_t n;
+
+  recs = records_load (&n);
+  for (size_t i = 0; i < n && !found; i++)
+    if (idx >= 0 ? nbd_index (recs[i].device) == idx
+                 : strcmp (recs[i].image, what) == 0 ||
+                   (realpath (what, real) && strcmp (recs[i].image, real) == 0)) {
+      *out = recs[i];
+      found = true;
+    }
+  free (recs);
+  if (!found)
+    errorf (CMD ": %s: not attached by pdio (no record in %s)", what,
+            rundir ());
+  return found;
+}
+
+int
+cmd_restart (int argc, char **argv)
+{
+  static const struct option longopts[] = {
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+  };
+  struct record r, now;
+  int c;
+
+  while ((c = getopt_long (argc, argv, "+h", longopts, NULL)) != -1)
+    switch (c) {
+    case 'h': usage (stdout); return EXIT_OK;
+    default: usage (stderr); return EXIT_USAGE;
+    }
+  if (optind != argc - 1) {
+    errorf (CMD ": give one DEVICE or IMAGE");
+    usage (stderr);
+    return EXIT_USAGE;
+  }
+  if (!need_root (CMD))
+    return EXIT_NOT_ROOT;
+  if (!find_record (argv[optind], &r))
+    return EXIT_FAILED;
+  if (!pid_is_supervisor (r.supervisor_pid)) {
+    errorf (CMD ": %s: its supervisor (pid %d) is gone: nothing can hand "
+            "the device a new server; pdio detach and attach again",
+            r.device, (int) r.supervisor_pid);
+    return EXIT_FAILED;
+  }
+  if (kill (r.supervisor_pid, SIGUSR1) == -1) {
+    errorf (CMD ": %s: cannot signal its supervisor, pid %d: %m", r.device,
+            (int) r.supervisor_pid);
+    return EXIT_FAILED;
+  }
+  for (unsigned t = 0; ; t += 50) {
+    if (record_load_device (r.device, &now) == -1) {
+      errorf (CMD ": %s: its record went away (detached?)", r.device);
+      return EXIT_FAILED;
+    }
+    if (now.gave_up && now.restarts > r.restarts) {
+      errorf (CMD ": %s: the server could not be restarted: %s", r.device,
+              now.reason);
+      return EXIT_FAILED;
+    }
+    if (now.restarts > r.restarts && now.server_pid > 0 &&
+        pid_alive (now.server_pid))
+      break;
+    if (t >= RESTART_WAIT_MS) {
+      errorf (CMD ": %s: no new server within %d s (see %s/%s.supervisor"
+              ".log)", r.device, RESTART_WAIT_MS / 1000, rundir (),
+              r.device + 5);
+      return EXIT_FAILED;
+    }
+    msleep (50);
+  }
+  printf ("%s: server pid %d replaced by pid %d\n", r.device,
+          (int) r.server_pid, (int) now.server_pid);
+  return EXIT_OK;
+}

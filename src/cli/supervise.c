@@ -1,0 +1,506 @@
+/* The supervisor: one small single-threaded process per attached device,
+ * left behind by pdio attach (it is attach's child, in a session of its
+ * own).  It is not on the data path: the kernel talks to the server over
+ * the sockets pdio handed it.  It is the server's subreaper, so it learns
+ * how the server died (SIGKILL, abort, exit status); it then starts a new
+ * server (frontend.c), hands the device fresh connections with
+ * NBD_CMD_RECONFIGURE, and the kernel resends what was in flight: the
+ * filesystem sees a pause, not an error.
+ *
+ * Bounded: each death gets a few attempts with backoff, and more than
+ * MAX_RESTARTS restarts within RESTART_WINDOW_S seconds is a crash loop;
+ * either way it gives up, records why, and the kernel fails requests once
+ * the dead-connection timeout has passed.
+ *
+ * If the supervisor dies, the device keeps working (nothing it holds is
+ * on the data path) and pdio detach still cleans up from the record.
+ * When the device goes away under it (autoclear, or a detach by other
+ * means) it stops the server, removes the state and exits.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernel.h"
+
+#define RESTART_WINDOW_S 60
+#define MAX_RESTARTS 10
+/* Per death: attempts with backoff 0.25, 0.5, 1, 2, 4 s between them. */
+#define START_ATTEMPTS 6
+/* The dead server's io_uring rings, which hold the image's lock, are torn
+ * down asynchronously after it dies.
+ */
+#define LOCK_WAIT_MS 10000
+
+struct sup {
+  struct record rec;
+  struct server_opts so;
+  char pidfile[PATH_MAX], log[PATH_MAX];
+  int idx;
+  struct nl_sock *ev;
+  bool restart_requested;
+  long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
+  unsigned nrecent;
+};
+
+static long
+now_ms (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+}
+
+static void __attribute__ ((format (printf, 1, 2)))
+say (const char *fmt, ...)
+{
+  char stamp[32];
+  time_t t = time (NULL);
+  va_list ap;
+
+  strftime (stamp, sizeof stamp, "%F %T", localtime (&t));
+  fprintf (stderr, "%s pdio-supervise[%d]: ", stamp, (int) getpid ());
+  va_start (ap, fmt);
+  vfprintf (stderr, fmt, ap);
+  va_end (ap);
+  fputc ('\n', stderr);
+  fflush (stderr);
+}
+
+bool
+test_break (const char *what)
+{
+  const char *v = getenv ("PDIO_TEST_BREAK");
+  size_t n = strlen (what);
+
+  while (v && *v) {
+    size_t len = strcspn (v, ",");
+
+    if (len == n && strncmp (v, what, n) == 0)
+      return true;
+    v += len;
+    if (*v == ',')
+      v++;
+  }
+  return false;
+}
+
+bool
+pid_is_supervisor (pid_t pid)
+{
+  char path[64], comm[64] = "";
+  FILE *fp;
+
+  if (pid <= 0 || !pid_alive (pid))
+    return false;
+  snprintf (path, sizeof path, "/proc/%d/comm", (int) pid);
+  fp = fopen (path, "re");
+  if (fp == NULL)
+    return false;
+  if (fgets (comm, sizeof comm, fp) == NULL)
+    comm[0] = '\0';
+  fclose (fp);
+  return strcmp (comm, "pdio-supervise\n") == 0;
+}
+
+void
+describe_status (int status, char *buf, size_t len)
+{
+  if (WIFSIGNALED (status)) {
+    const char *abbrev = sigabbrev_np (WTERMSIG (status));
+
+    if (abbrev)
+      snprintf (buf, len, "killed by SIG%s%s", abbrev,
+                WCOREDUMP (status) ? " (core dumped)" : "");
+    else
+      snprintf (buf, len, "killed by signal %d", WTERMSIG (status));
+  }
+  else if (WIFEXITED (status))
+    snprintf (buf, len, "exited with status %d", WEXITSTATUS (status));
+  else
+    snprintf (buf, len, "ended (wait status %#x)", status);
+}
+
+/* The record's reason is one line of "key=value". */
+static void
+set_reason (struct sup *s, const char *fmt, ...)
+{
+  va_list ap;
+
+  va_start (ap, fmt);
+  vsnprintf (s->rec.reason, sizeof s->rec.reason, fmt, ap);
+  va_end (ap);
+  for (char *p = s->rec.reason; *p; p++)
+    if (*p == '\n')
+      *p = ' ';
+}
+
+static void
+save (struct sup *s)
+{
+  struct record cur;
+
+  /* mount.pdio sets autoclear in the record after attach. */
+  if (record_load_device (s->rec.device, &cur) == 0)
+    s->rec.autoclear = cur.autoclear;
+  if (record_write (&s->rec) == -1)
+    say ("cannot write the record of %s: %m", s->rec.device);
+}
+
+/* The server log's last line containing needle, or false. */
+static bool
+log_has (const char *log, const char *needle)
+{
+  char line[1024];
+  bool found = false;
+  FILE *fp = fopen (log, "re");
+
+  if (fp == NULL)
+    return false;
+  while (fgets (line, sizeof line, fp))
+    if (strstr (line, needle))
+      found = true;
+  fclose (fp);
+  return found;
+}
+
+static void
+last_log_line (const char *log, char *buf, size_t len)
+{
+  char line[1024];
+  FILE *fp = fopen (log, "re");
+
+  buf[0] = '\0';
+  if (fp == NULL)
+    return;
+  while (fgets (line, sizeof line, fp))
+    if (line[0] != '\n') {
+      /* Truncated to buf: the start of a message says what it is. */
+      size_t n = strnlen (line, len - 1);
+
+      memcpy (buf, line, n);
+      buf[n] = '\0';
+    }
+  fclose (fp);
+  buf[strcspn (buf, "\n")] = '\0';
+}
+
+static void
+give_up (struct sup *s, const char *why)
+{
+  s->rec.gave_up = true;
+  s->rec.server_pid = 0;
+  set_reason (s, "gave up: %s", why);
+  save (s);
+  say ("giving up on %s: %s; the device fails requests once its "
+       "dead-connection timeout (%u s) has passed", s->rec.device, why,
+       s->rec.dead_timeout);
+}
+
+/* One attempt: a server, then fresh connections for the device. */
+static bool
+start_and_reconnect (struct sup *s, char *why, size_t len)
+{
+  char prev[PATH_MAX + 8], last[512];
+  pid_t pid;
+  int status;
+
+  if (!image_lock_free (s->rec.image, LOCK_WAIT_MS)) {
+    snprintf (why, len, "%s is still locked by another process after %d s",
+              s->rec.image, LOCK_WAIT_MS / 1000);
+    return false;
+  }
+  /* The dead server's messages stay for whoever investigates. */
+  snprintf (prev, sizeof prev, "%s.prev", s->log);
+  rename (s->log, prev);
+  pid = frontend_start (&s->so, s->log, why, len);
+  if (pid <= 0) {
+    last_log_line (s->log, last, sizeof last);
+    if (last[0]) {
+      size_t n = strlen (why);
+
+      snprintf (why + n, len - n, ": %s", last);
+    }
+    return false;
+  }
+  s->rec.server_pid = pid;
+  if (device_reconnect (&s->rec, why, len))
+    return true;
+  kill (pid, SIGKILL);
+  waitpid (pid, &status, 0);
+  s->rec.server_pid = 0;
+  return false;
+}
+
+/* Discards LINK_DEAD events already queued: they are about the
+ * connections just replaced.
+ */
+static void
+drain_events (struct sup *s)
+{
+  for (int i = 0; s->ev && i < 1000 && nbdnl_events_read (s->ev) >= -2; i++)
+    ;
+}
+
+static void
+restart (struct sup *s, long died)
+{
+  char why[PATH_MAX + 512] = "";
+  long t;
+
+  /* A crash loop is not worth following. */
+  t = now_ms ();
+  if (s->nrecent >= MAX_RESTARTS &&
+      t - s->recent[s->nrecent % MAX_RESTARTS] < RESTART_WINDOW_S * 1000L) {
+    snprintf (why, sizeof why, "%d restarts within %d s", MAX_RESTARTS,
+              RESTART_WINDOW_S);
+    give_up (s, why);
+    return;
+  }
+  s->recent[s->nrecent++ % MAX_RESTARTS] = t;
+  for (int attempt = 0; attempt < START_ATTEMPTS; attempt++) {
+    if (attempt) {
+      say ("attempt %d failed: %s", attempt, why);
+      if (attempt == START_ATTEMPTS - 1 && test_break ("no-give-up"))
+        attempt = 1;
+      msleep (250U << (attempt - 1));
+    }
+    if (start_and_reconnect (s, why, sizeof why)) {
+      s->rec.gave_up = false;
+      save (s);
+      drain_events (s);
+      say ("restart %u: server pid %d serves %s again; connections handed "
+           "to %s %ld ms after the old server died", s->rec.restarts,
+           (int) s->rec.server_pid, s->rec.image, s->rec.device,
+           now_ms () - died);
+      return;
+    }
+  }
+  give_up (s, why);
+}
+
+static void
+server_died (struct sup *s, int status)
+{
+  char how[128];
+  long died = now_ms ();
+
+  describe_status (status, how, sizeof how);
+  say ("server pid %d %s", (int) s->rec.server_pid, how);
+  s->rec.restarts++;
+  if (s->restart_requested)
+    set_reason (s, "pdio restart");
+  else if (log_has (s->log, "raw_send_socket: Assertion"))
+    /* Debian 12's nbdkit 1.32.5, when a client hangs up with replies
+     * queued (fixed upstream in 1.33.10).
+     */
+    set_reason (s, "server %s (nbdkit's raw_send_socket assertion)", how);
+  else
+    set_reason (s, "server %s", how);
+  s->restart_requested = false;
+  s->rec.server_pid = 0;
+  save (s);
+  if (test_break ("no-restart"))
+    return;
+  restart (s, died);
+}
+
+static void
+reap (struct sup *s)
+{
+  pid_t pid;
+  int status;
+
+  while ((pid = waitpid (-1, &status, WNOHANG)) > 0)
+    if (pid == s->rec.server_pid)
+      server_died (s, status);
+}
+
+/* A connection died while the server lives (a request timed out and the
+ * kernel gave up on that socket): fresh connections, same server.
+ */
+static void
+link_dead (struct sup *s)
+{
+  char why[PATH_MAX + 256];
+
+  msleep (200);                 /* a dying server is reaped first */
+  reap (s);
+  if (s->rec.gave_up || s->rec.server_pid <= 0 ||
+      !pid_alive (s->rec.server_pid))
+    return;
+  if (device_reconnect (&s->rec, why, sizeof why)) {
+    say ("a connection of %s died with the server alive: handed it a fresh "
+         "one", s->rec.device);
+    drain_events (s);
+    return;
+  }
+  say ("a connection of %s died and the server (pid %d) does not take new "
+       "ones (%s): killing it to restart it", s->rec.device,
+       (int) s->rec.server_pid, why);
+  kill (s->rec.server_pid, SIGKILL);
+}
+
+/* The device is gone (autoclear, or disconnected by other means): so is
+ * the reason to serve it.
+ */
+static void __attribute__ ((noreturn))
+device_gone (struct sup *s)
+{
+  char path[PATH_MAX];
+
+  say ("%s is no longer connected: stopping server pid %d and exiting",
+       s->rec.device, (int) s->rec.server_pid);
+  if (s->rec.server_pid > 0) {
+    server_stop (s->rec.server_pid);
+    waitpid (s->rec.server_pid, NULL, WNOHANG);
+  }
+  image_lock_free (s->rec.image, 2000);
+  device_drop_partitions (s->rec.device);
+  record_remove (&s->rec);
+  state_path (s->rec.device, "log", path, sizeof path);
+  unlink (path);
+  state_path (s->rec.device, "log.prev", path, sizeof path);
+  unlink (path);
+  state_path (s->rec.device, "supervisor.log", path, sizeof path);
+  unlink (path);
+  exit (EXIT_OK);
+}
+
+static void
+requested (struct sup *s)
+{
+  say ("restart requested (pdio restart)");
+  if (s->rec.server_pid > 0 && pid_alive (s->rec.server_pid)) {
+    /* SIGKILL, not SIGTERM: nbdkit answers the requests that arrive while
+     * it shuts down with errors (ESHUTDOWN), which the kernel passes up
+     * as I/O errors (seen in the guest test); a killed server answers
+     * nothing, and the kernel resends.  Nothing is lost: the server
+     * writes through (O_DIRECT, honest flush), and a write it never
+     * acknowledged is resent.
+     */
+    s->restart_requested = true;
+    kill (s->rec.server_pid, SIGKILL);
+    return;
+  }
+  /* Given up earlier: the user may have fixed what was wrong. */
+  s->rec.restarts++;
+  set_reason (s, "pdio restart");
+  s->nrecent = 0;
+  restart (s, now_ms ());
+}
+
+/* stdout and stderr to RUNDIR/nbdN.supervisor.log, stdin from /dev/null. */
+static void
+detach_stdio (const struct record *r)
+{
+  char path[PATH_MAX];
+  int fd;
+
+  state_path (r->device, "supervisor.log", path, sizeof path);
+  fd = open (path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dup2 (fd, STDOUT_FILENO);
+    dup2 (fd, STDERR_FILENO);
+    close (fd);
+  }
+  fd = open ("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    dup2 (fd, STDIN_FILENO);
+    close (fd);
+  }
+}
+
+void
+supervise (const struct record *r, const struct server_opts *so,
+           int notify_fd)
+{
+  static struct sup s;
+  struct signalfd_siginfo si;
+  char why[256];
+  sigset_t set;
+  int sfd;
+
+  s.rec = *r;
+  s.idx = nbd_index (r->device);
+  state_path (r->device, "pid", s.pidfile, sizeof s.pidfile);
+  state_path (r->device, "log", s.log, sizeof s.log);
+  s.so = *so;
+  s.so.image = s.rec.image;
+  s.so.socket = s.rec.socket;
+  s.so.readonly = s.rec.readonly;
+  s.so.pidfile = s.pidfile;
+  prctl (PR_SET_NAME, "pdio-supervise");
+  /* attach blocked these already; they arrive on the signalfd. */
+  sigemptyset (&set);
+  sigaddset (&set, SIGCHLD);
+  sigaddset (&set, SIGTERM);
+  sigaddset (&set, SIGINT);
+  sigaddset (&set, SIGHUP);
+  sigaddset (&set, SIGUSR1);
+  sigprocmask (SIG_BLOCK, &set, NULL);
+  sfd = signalfd (-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  detach_stdio (r);
+  if (write (notify_fd, "1", 1) != 1)
+    say ("cannot tell pdio attach that %s is up: %m", r->device);
+  close (notify_fd);
+  s.ev = nbdnl_events_open (why, sizeof why);
+  if (s.ev == NULL)
+    say ("%s: watching the server only (%s)", r->device, why);
+  say ("supervising %s: %s served by pid %d, %u connection(s), timeout %u "
+       "s, dead-connection timeout %u s", r->device, r->image,
+       (int) r->server_pid, r->connections, r->timeout, r->dead_timeout);
+  /* The server may have died before the signalfd existed. */
+  reap (&s);
+
+  for (;;) {
+    struct pollfd p[2] = {
+      { .fd = sfd, .events = POLLIN },
+      { .fd = s.ev ? nbdnl_events_fd (s.ev) : -1, .events = POLLIN },
+    };
+
+    if (poll (p, 2, 1000) == -1 && errno != EINTR) {
+      say ("poll: %m");
+      msleep (1000);
+    }
+    if (p[0].revents & POLLIN)
+      while (read (sfd, &si, sizeof si) == sizeof si)
+        switch (si.ssi_signo) {
+        case SIGCHLD: reap (&s); break;
+        case SIGUSR1: requested (&s); break;
+        default:
+          /* systemd stops an fstab mount's unit after the umount with
+           * SIGTERM to what is left in its cgroup: the device is gone
+           * then, and so should the rest be.
+           */
+          if (!device_connected (s.idx))
+            device_gone (&s);
+          /* pdio detach, or someone: the device and server stay. */
+          say ("signal %d: exiting; %s and its server stay", si.ssi_signo,
+               r->device);
+          exit (EXIT_OK);
+        }
+    if (p[1].revents & POLLIN) {
+      int idx;
+
+      while ((idx = nbdnl_events_read (s.ev)) >= -2)
+        if (idx == s.idx)
+          link_dead (&s);
+    }
+    if (!device_connected (s.idx))
+      device_gone (&s);
+  }
+}
