@@ -36,6 +36,7 @@ stty -F "$RES" raw -echo 2>/dev/null
 IMG_SIZE=$((1024 * 1024 * 1024))     # xfs wants at least 300 MiB
 SOCK=/run/nbd.sock
 FRONT=nbdkit        # or native: see serve() and main()
+RC_ATTACH_FLAGS=""  # pdio attach's front end in the recover scenarios
 DEV=/dev/nbd0
 MNT=/mnt
 LOGS=/scratch/logs
@@ -520,12 +521,14 @@ fe_no_state() {
     left=$(ls /run/pdio | grep '^nbd[0-9]' || true)
     [ -z "$left" ] || { echo "left in /run/pdio: $left"; return 1; }
 }
-# The pids of nbdkit processes (the guest's busybox has no pgrep).
-nbdkit_pids() {
+# The pids of servers: nbdkit, or pdio's own (comm "pdio": pdio serve is
+# the only pdio process that outlives a command; the guest's busybox has
+# no pgrep).
+server_pids() {
     for c in /proc/[0-9]*/comm; do
-        if [ "$(cat "$c" 2>/dev/null)" = nbdkit ]; then
-            p=${c%/comm}; echo "${p#/proc/}"
-        fi
+        case $(cat "$c" 2>/dev/null) in
+        nbdkit|pdio) p=${c%/comm}; echo "${p#/proc/}" ;;
+        esac
     done
 }
 # The pids of processes whose comm is $1.
@@ -536,10 +539,10 @@ comm_pids() {
         fi
     done
 }
-# No nbdkit process at all, and no supervisor (issue 12) either.
-fe_no_nbdkit() {
-    left=$(nbdkit_pids)
-    [ -z "$left" ] || { echo "nbdkit still running: $left"; return 1; }
+# No server process at all, and no supervisor (issue 12) either.
+fe_no_server() {
+    left=$(server_pids)
+    [ -z "$left" ] || { echo "a server is still running: $left"; return 1; }
     left=$(comm_pids pdio-supervise)
     [ -z "$left" ] || { echo "pdio-supervise still running: $left"; return 1; }
 }
@@ -564,7 +567,7 @@ fe_attach() {
     [ "$size" = "$FE_SIZE" ]
     [ "$lbs" = 512 ]
     [ "$queues" = 2 ]
-    [ "$(cat "/proc/$pid/comm")" = nbdkit ]
+    [ "$(cat "/proc/$pid/comm")" = pdio ]      # pdio's own server by default
 }
 
 # The columns of the text and the fields of the JSON, against the facts.
@@ -601,15 +604,15 @@ fe_double() {
     rc=0; pdio attach /scratch/fe-link.img 2> "$STATE/fe.err" || rc=$?
     cat "$STATE/fe.err"
     [ "$rc" = 1 ]
-    grep -q "is in use: pid $pid (nbdkit)" "$STATE/fe.err"
+    grep -q "is in use: pid $pid (pdio)" "$STATE/fe.err"
     rm -f /scratch/fe-link.img
     rc=0; nbdkit -U /tmp/fe-direct.sock /pdio/pdio.so file="$FE_IMG" --run true \
         2> "$STATE/fe.err" || rc=$?
     cat "$STATE/fe.err"
     [ "$rc" != 0 ]
-    grep -q "is in use: pid $pid (nbdkit)" "$STATE/fe.err"
+    grep -q "is in use: pid $pid (pdio)" "$STATE/fe.err"
     # Still exactly one server and one device; no second record.
-    [ "$(nbdkit_pids)" = "$pid" ]
+    [ "$(server_pids)" = "$pid" ]
     [ "$(ls /run/pdio/*.rec | wc -l)" = 1 ]
     detail "refused: again (already attached), via a hard link and by nbdkit pdio (both naming pid $pid)"
 }
@@ -644,7 +647,7 @@ fe_detach() {
     if fe_connected "$(fe_idx)"; then echo "still connected"; return 1; fi
     [ ! -d "/proc/$pid" ]
     fe_no_state
-    fe_no_nbdkit
+    fe_no_server
     pages=$(fincore -rno PAGES "$FE_IMG")
     detail "server $pid gone, no state left, fincore: $pages pages of $FE_IMG resident"
     [ "$pages" = 0 ]
@@ -654,17 +657,19 @@ fe_detach() {
 # plus a second image read-only with one connection; then --all.
 fe_detach_all() {
     d1=$(pdio attach "$FE_IMG")
-    d2=$(pdio attach --read-only --connections 1 "$FE_IMG2")
+    d2=$(pdio attach --nbdkit --read-only --connections 1 "$FE_IMG2")
     pdio list
     i1=${d1#/dev/nbd} i2=${d2#/dev/nbd}
+    p2=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i2.rec")
+    [ "$(cat "/proc/$p2/comm")" = nbdkit ]
     [ "$(cat "/sys/block/nbd$i2/ro")" = 1 ]
     [ "$(ls "/sys/block/nbd$i2/mq" | wc -l)" = 1 ]
     pdio list | grep -q "^$d2  *$FE_IMG2  *1  *1 "
     pdio detach --all
     if fe_connected "$i1" || fe_connected "$i2"; then echo "still connected"; return 1; fi
     fe_no_state
-    fe_no_nbdkit
-    detail "$d1 and $d2 (read-only, 1 connection) attached and detached with --all"
+    fe_no_server
+    detail "$d1 (pdio's server) and $d2 (--nbdkit, read-only, 1 connection) attached and detached with --all"
 }
 
 # --force detaches a mounted device (read-only here, so unmounting it
@@ -678,7 +683,7 @@ fe_detach_force() {
     pdio detach --force "$d"
     [ ! -d "/proc/$pid" ]
     fe_no_state
-    fe_no_nbdkit
+    fe_no_server
     umount "$MNT"
     n=0
     while fe_connected "$i"; do
@@ -701,7 +706,7 @@ fe_failed_attach() {
         [ ! -f "$b/pid" ] || { echo "$b still connected"; return 1; }
     done
     fe_no_state
-    fe_no_nbdkit
+    fe_no_server
     detail "exit status 1, no device connected, no nbdkit, no state left"
 }
 
@@ -758,13 +763,17 @@ rc_attach() {
     rm -f "$RC_IMG"
     truncate -s "$RC_SIZE" "$RC_IMG"
     echo "$RC_IMG" > "$STATE/img"
-    pdio attach --timeout "$RC_TIMEOUT" --dead-timeout "$RC_DEAD" "$RC_IMG" > "$STATE/rc.dev"
+    # shellcheck disable=SC2086
+    pdio attach $RC_ATTACH_FLAGS --timeout "$RC_TIMEOUT" --dead-timeout "$RC_DEAD" "$RC_IMG" > "$STATE/rc.dev"
     mkfs.ext4 -F -q "$(rc_dev)"
     mount -t ext4 -o noinit_itable "$(rc_dev)" "$MNT"
     mkdir -p "$MNT/fio"
     sup=$(rc_field supervisor_pid)
     detail "$(rc_dev), server pid $(rc_field server_pid), supervisor pid $sup ($(cat "/proc/$sup/comm")), timeout $RC_TIMEOUT s, dead-connection timeout $RC_DEAD s"
     [ "$(cat "/proc/$sup/comm")" = pdio-supervise ]
+    # The front end asked for: pdio's own server, or nbdkit with --nbdkit.
+    want=pdio; [ "$RC_ATTACH_FLAGS" = --nbdkit ] && want=nbdkit
+    [ "$(cat "/proc/$(rc_field server_pid)/comm")" = "$want" ]
 }
 
 # fio in a loop (each run writes and verifies its own files) until
@@ -926,7 +935,7 @@ rc_supervisor_killed() {
     if fe_connected "$(rc_idx)"; then echo "still connected"; return 1; fi
     [ ! -d "/proc/$server" ]
     fe_no_state
-    fe_no_nbdkit
+    fe_no_server
     detail "supervisor $sup killed: fio $2 errors, kernel I/O errors $(($(nbd_io_errors) - errs0)); detach left no server, no state"
     [ "$2" = 0 ] && [ "$(nbd_io_errors)" = "$errs0" ]
 }
@@ -958,10 +967,10 @@ rc_cannot_come_back() {
     pdio detach "$d"
     if fe_connected "$i"; then echo "still connected"; return 1; fi
     fe_no_state
-    fe_no_nbdkit
+    fe_no_server
     detail "read after the kill: dd exit $rc after ${t}s (dead-connection timeout 15 s); pdio list: failed: $why; detached"
     [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$t" -le 40 ]
-    grep -q "failed: gave up: nbdkit could not serve" "$STATE/rc.list"
+    grep -q "failed: gave up: pdio serve could not serve" "$STATE/rc.list"
 }
 
 # One connection (the default on a one-CPU machine): the kernel requeues a
@@ -1025,6 +1034,24 @@ scenario_recover() {
     step "recover: a server that cannot come back: I/O errors within the timeouts, list says why, detach cleans up" rc_cannot_come_back
 }
 
+# The same supervision with the other front end, nbdkit and pdio.so.
+rc_detach() {
+    umount "$MNT"
+    e2fsck -fn "$(rc_dev)"
+    pdio detach "$(rc_dev)"
+    fe_no_state
+    fe_no_server
+}
+
+scenario_nbdkit_recover() {
+    RC_ATTACH_FLAGS=--nbdkit
+    step "nbdkit-recover: pdio attach --nbdkit (timeout $RC_TIMEOUT s), mkfs.ext4, mount; a supervisor runs" rc_attach
+    step "nbdkit-recover: nbdkit SIGKILLed 3 times during fio verify: 0 errors, 3 restarts" rc_replace kill 3
+    step "nbdkit-recover: pdio restart during fio verify: 0 errors" rc_replace restart 1
+    step "nbdkit-recover: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
+    RC_ATTACH_FLAGS=
+}
+
 # --- mount -t pdio and fstab (issue 12) -----------------------------------------------
 MT_IMG=/scratch/mt.img
 # util-linux mount(8), which runs helpers (busybox's applets win over PATH
@@ -1036,9 +1063,9 @@ MOUNT=/usr/bin/mount UMOUNT=/usr/bin/umount
 mt_all_gone() {
     n=0
     while [ -n "$(ls /run/pdio | grep '^nbd[0-9]' || true)" ] ||
-          [ -n "$(nbdkit_pids)" ] || [ -n "$(comm_pids pdio-supervise)" ]; do
+          [ -n "$(server_pids)" ] || [ -n "$(comm_pids pdio-supervise)" ]; do
         n=$((n + 1))
-        [ $n -lt 150 ] || { ls -l /run/pdio; fe_no_state; fe_no_nbdkit; return 1; }
+        [ $n -lt 150 ] || { ls -l /run/pdio; fe_no_state; fe_no_server; return 1; }
         sleep 0.1
     done
     for b in /sys/block/nbd*; do

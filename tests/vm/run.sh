@@ -13,8 +13,8 @@
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
-#                       align4096,sector4k,reference,frontend,recover,mount,
-#                       partitions, and native-ext4, native-xfs, native-fio,
+#                       align4096,sector4k,reference,frontend,recover,
+#                       nbdkit_recover,mount,partitions, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server) (default: all, in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
@@ -40,7 +40,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,recover,nbdkit_recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -76,7 +76,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend|recover|mount|partitions) ;;
+    ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend|recover|nbdkit_recover|mount|partitions) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
