@@ -756,8 +756,11 @@ rc_dev() { cat "$STATE/rc.dev"; }
 rc_idx() { d=$(rc_dev); echo "${d#/dev/nbd}"; }
 # rc_field KEY: the value in the device's pdio record.
 rc_field() { sed -n "s/^$1=//p" "/run/pdio/nbd$(rc_idx).rec"; }
-# I/O errors the kernel logged for nbd devices so far.
+# I/O errors the kernel logged for nbd devices since kmsg_reset (which
+# empties the ring buffer, so that a full buffer cannot hide new lines; the
+# console keeps everything).
 nbd_io_errors() { dmesg | grep -c 'I/O error.*nbd\|nbd.*I/O error' || true; }
+kmsg_reset() { dmesg -c > /dev/null; }
 
 rc_attach() {
     rm -f "$RC_IMG"
@@ -842,7 +845,7 @@ rc_pauses() {
 # apart) while fio runs; each time wait for the supervisor's new server.
 rc_replace() {
     how=$1 count=$2
-    errs0=$(nbd_io_errors)
+    kmsg_reset; errs0=0
     r0=$(rc_field restarts)
     rc_fio_loop "$how"
     rc_probe
@@ -923,7 +926,7 @@ rc_supervisor_killed() {
     server=$(rc_field server_pid)
     kill -KILL "$sup"
     sleep 1
-    errs0=$(nbd_io_errors)
+    kmsg_reset; errs0=0
     FIO_DIR=$MNT/fio FIO_SIZE=$RC_FIO_SIZE fio --output-format=json \
         --output="$LOGS/fio-rc-unsupervised-1.json" /pdio/fio/recover.fio
     set -- $(rc_fio_figures unsupervised)
@@ -986,7 +989,7 @@ rc_single() {
     i=${d#/dev/nbd}
     [ "$(ls "/sys/block/nbd$i/mq" | wc -l)" = 1 ]
     head -c 65536 /dev/urandom > /tmp/one.pat
-    errs0=$(nbd_io_errors)
+    kmsg_reset; errs0=0
     (
         n=0
         while [ ! -f "$STATE/one.stop" ] && [ $n -lt 1000 ]; do
