@@ -126,7 +126,7 @@ detach_one (const struct detach_opts *o, const struct record *rec)
       !disconnect (r->device, idx, o->force))
     return EXIT_FAILED;
   /* The pid is the server's unless it died and the pid was reused. */
-  if (pid_alive (r->server_pid) && pid_is_nbdkit (r->server_pid)) {
+  if (pid_alive (r->server_pid) && pid_is_server (r->server_pid)) {
     server_stop (r->server_pid);
     if (pid_alive (r->server_pid)) {
       errorf (CMD ": %s: its server, pid %d, does not exit", r->device,

@@ -47,7 +47,7 @@ status_of (const struct record *r)
     snprintf (buf, sizeof buf, "failed: %s", r->reason);
     return buf;
   }
-  if (!pid_alive (r->server_pid) || !pid_is_nbdkit (r->server_pid))
+  if (!pid_alive (r->server_pid) || !pid_is_server (r->server_pid))
     return supervised ? "restarting" : "server gone";
   if (!device_connected (idx))
     return "disconnected";

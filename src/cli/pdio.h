@@ -139,7 +139,7 @@ extern bool wait_gone (pid_t pid, unsigned ms);
 /* The process's comm is "nbdkit" or "pdio" (pdio's own server): the pid
  * in a record was not reused.
  */
-extern bool pid_is_nbdkit (pid_t pid);
+extern bool pid_is_server (pid_t pid);
 
 /* --- server.c: nbdkit with pdio.so ----------------------------------------------- */
 struct server_opts {

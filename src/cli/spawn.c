@@ -148,7 +148,7 @@ wait_gone (pid_t pid, unsigned ms)
 }
 
 bool
-pid_is_nbdkit (pid_t pid)
+pid_is_server (pid_t pid)
 {
   char path[64], comm[64] = "";
   FILE *fp;
