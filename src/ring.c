@@ -50,12 +50,15 @@ thread_defer_any (struct pdio_thread *t, struct thread_work *w)
   t->remote_tail = &w->next;
   atomic_store (&t->remote_pending, true);
   pthread_cond_signal (&t->remote_cond);
-  pthread_mutex_unlock (&t->remote_lock);
+  /* Still under the lock: once the owner has taken the work it may
+   * finish and free t, and pdio_thread_free takes the lock first.
+   */
   if (was_empty) {
     uint64_t one = 1;
     /* Cannot fail but for overflow, which still leaves it readable. */
     if (write (t->efd, &one, sizeof one) < 0) { /* nothing to do */ }
   }
+  pthread_mutex_unlock (&t->remote_lock);
 }
 
 void
@@ -497,6 +500,11 @@ pdio_thread_free (struct pdio_thread *t)
   if (t->counted)
     atomic_fetch_sub (&t->img->threads, 1);
   pool_destroy (&t->pool);
+  /* Another thread that granted us a range may still be inside
+   * thread_defer_any (its work already taken): wait until it has left.
+   */
+  pthread_mutex_lock (&t->remote_lock);
+  pthread_mutex_unlock (&t->remote_lock);
   if (t->efd >= 0)
     close (t->efd);
   pthread_mutex_destroy (&t->remote_lock);
