@@ -140,6 +140,8 @@ extern bool wait_gone (pid_t pid, unsigned ms);
  * in a record was not reused.
  */
 extern bool pid_is_server (pid_t pid);
+/* The process's comm, without the newline, in comm; false if none. */
+extern bool proc_comm (pid_t pid, char *comm, size_t len);
 
 /* --- server.c: nbdkit with pdio.so ----------------------------------------------- */
 struct server_opts {

@@ -148,20 +148,30 @@ wait_gone (pid_t pid, unsigned ms)
 }
 
 bool
-pid_is_server (pid_t pid)
+proc_comm (pid_t pid, char *comm, size_t len)
 {
-  char path[64], comm[64] = "";
+  char path[64];
   FILE *fp;
 
+  comm[0] = '\0';
   snprintf (path, sizeof path, "/proc/%d/comm", (int) pid);
   fp = fopen (path, "re");
   if (fp == NULL)
     return false;
-  if (fgets (comm, sizeof comm, fp) == NULL)
+  if (fgets (comm, len, fp) == NULL)
     comm[0] = '\0';
   fclose (fp);
   comm[strcspn (comm, "\n")] = '\0';
-  return strcmp (comm, "nbdkit") == 0 || strcmp (comm, "pdio") == 0;
+  return comm[0] != '\0';
+}
+
+bool
+pid_is_server (pid_t pid)
+{
+  char comm[64];
+
+  return proc_comm (pid, comm, sizeof comm) &&
+    (strcmp (comm, "nbdkit") == 0 || strcmp (comm, "pdio") == 0);
 }
 
 int

@@ -101,19 +101,10 @@ test_break (const char *what)
 bool
 pid_is_supervisor (pid_t pid)
 {
-  char path[64], comm[64] = "";
-  FILE *fp;
+  char comm[64];
 
-  if (pid <= 0 || !pid_alive (pid))
-    return false;
-  snprintf (path, sizeof path, "/proc/%d/comm", (int) pid);
-  fp = fopen (path, "re");
-  if (fp == NULL)
-    return false;
-  if (fgets (comm, sizeof comm, fp) == NULL)
-    comm[0] = '\0';
-  fclose (fp);
-  return strcmp (comm, "pdio-supervise\n") == 0;
+  return pid > 0 && pid_alive (pid) && proc_comm (pid, comm, sizeof comm) &&
+    strcmp (comm, "pdio-supervise") == 0;
 }
 
 void
