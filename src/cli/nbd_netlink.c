@@ -94,82 +94,96 @@ transact (struct nl_sock *s, struct nl_msg *m, const char *what,
   return true;
 }
 
-bool
-nbdnl_connect (const struct nbdnl_device *d, const int *fds, unsigned n,
-            char *why, size_t len)
+/* A command for nbd<index>: the family's socket in *sp and a message with
+ * NBD_ATTR_INDEX put, or NULL (why says so, nothing left to free).
+ */
+static struct nl_msg *
+begin_command (uint8_t cmd, const char *what, int index, struct nl_sock **sp,
+               char *why, size_t len)
 {
   int family;
-  struct nl_sock *s = open_family (&family, why, len);
   struct nl_msg *m;
-  bool ok;
 
-  if (s == NULL)
-    return false;
-  m = new_msg (family, NBD_CMD_CONNECT);
-  if (m == NULL ||
-      nla_put_u32 (m, NBD_ATTR_INDEX, d->index) < 0 ||
-      nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, d->size) < 0 ||
-      nla_put_u64 (m, NBD_ATTR_BLOCK_SIZE_BYTES, d->block_size) < 0 ||
-      nla_put_u64 (m, NBD_ATTR_SERVER_FLAGS, d->server_flags) < 0 ||
-      nla_put_u64 (m, NBD_ATTR_TIMEOUT, d->timeout) < 0 ||
-      nla_put_u64 (m, NBD_ATTR_DEAD_CONN_TIMEOUT, d->dead_timeout) < 0 ||
-      put_sockets (m, fds, n) < 0) {
-    snprintf (why, len, "netlink: cannot build NBD_CMD_CONNECT");
+  *sp = open_family (&family, why, len);
+  if (*sp == NULL)
+    return NULL;
+  m = new_msg (family, cmd);
+  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0) {
+    snprintf (why, len, "netlink: cannot build %s", what);
     nlmsg_free (m);
-    nl_socket_free (s);
-    return false;
+    nl_socket_free (*sp);
+    return NULL;
   }
-  ok = transact (s, m, "NBD_CMD_CONNECT", NULL, NULL, why, len);
+  return m;
+}
+
+/* Sends m if built (every attribute went in) and frees s and m. */
+static bool
+end_command (struct nl_sock *s, struct nl_msg *m, bool built,
+             const char *what, nl_recvmsg_msg_cb_t cb, void *arg,
+             char *why, size_t len)
+{
+  bool ok = false;
+
+  if (!built) {
+    snprintf (why, len, "netlink: cannot build %s", what);
+    nlmsg_free (m);
+  }
+  else
+    ok = transact (s, m, what, cb, arg, why, len);
   nl_socket_free (s);
   return ok;
 }
 
 bool
+nbdnl_connect (const struct nbdnl_device *d, const int *fds, unsigned n,
+            char *why, size_t len)
+{
+  const char *what = "NBD_CMD_CONNECT";
+  struct nl_sock *s;
+  struct nl_msg *m = begin_command (NBD_CMD_CONNECT, what, d->index, &s,
+                                    why, len);
+
+  return m != NULL &&
+    end_command (s, m,
+                 nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, d->size) >= 0 &&
+                 nla_put_u64 (m, NBD_ATTR_BLOCK_SIZE_BYTES,
+                              d->block_size) >= 0 &&
+                 nla_put_u64 (m, NBD_ATTR_SERVER_FLAGS,
+                              d->server_flags) >= 0 &&
+                 nla_put_u64 (m, NBD_ATTR_TIMEOUT, d->timeout) >= 0 &&
+                 nla_put_u64 (m, NBD_ATTR_DEAD_CONN_TIMEOUT,
+                              d->dead_timeout) >= 0 &&
+                 put_sockets (m, fds, n) >= 0,
+                 what, NULL, NULL, why, len);
+}
+
+bool
 nbdnl_disconnect (int index, char *why, size_t len)
 {
-  int family;
-  struct nl_sock *s = open_family (&family, why, len);
-  struct nl_msg *m;
-  bool ok;
+  const char *what = "NBD_CMD_DISCONNECT";
+  struct nl_sock *s;
+  struct nl_msg *m = begin_command (NBD_CMD_DISCONNECT, what, index, &s,
+                                    why, len);
 
-  if (s == NULL)
-    return false;
-  m = new_msg (family, NBD_CMD_DISCONNECT);
-  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0) {
-    snprintf (why, len, "netlink: cannot build NBD_CMD_DISCONNECT");
-    nlmsg_free (m);
-    nl_socket_free (s);
-    return false;
-  }
-  ok = transact (s, m, "NBD_CMD_DISCONNECT", NULL, NULL, why, len);
-  nl_socket_free (s);
-  return ok;
+  return m != NULL && end_command (s, m, true, what, NULL, NULL, why, len);
 }
 
 bool
 nbdnl_reconfigure (int index, const int *fds, unsigned n, int64_t client_flags,
                 char *why, size_t len)
 {
-  int family;
-  struct nl_sock *s = open_family (&family, why, len);
-  struct nl_msg *m;
-  bool ok;
+  const char *what = "NBD_CMD_RECONFIGURE";
+  struct nl_sock *s;
+  struct nl_msg *m = begin_command (NBD_CMD_RECONFIGURE, what, index, &s,
+                                    why, len);
 
-  if (s == NULL)
-    return false;
-  m = new_msg (family, NBD_CMD_RECONFIGURE);
-  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0 ||
-      (n && put_sockets (m, fds, n) < 0) ||
-      (client_flags >= 0 &&
-       nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS, client_flags) < 0)) {
-    snprintf (why, len, "netlink: cannot build NBD_CMD_RECONFIGURE");
-    nlmsg_free (m);
-    nl_socket_free (s);
-    return false;
-  }
-  ok = transact (s, m, "NBD_CMD_RECONFIGURE", NULL, NULL, why, len);
-  nl_socket_free (s);
-  return ok;
+  return m != NULL &&
+    end_command (s, m,
+                 (n == 0 || put_sockets (m, fds, n) >= 0) &&
+                 (client_flags < 0 ||
+                  nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS, client_flags) >= 0),
+                 what, NULL, NULL, why, len);
 }
 
 struct status_arg {
@@ -203,25 +217,16 @@ status_cb (struct nl_msg *m, void *arg)
 int
 nbdnl_status (int index, char *why, size_t len)
 {
-  int family;
-  struct nl_sock *s = open_family (&family, why, len);
+  const char *what = "NBD_CMD_STATUS";
   struct status_arg a = { .index = index, .connected = -1 };
-  struct nl_msg *m;
+  struct nl_sock *s;
+  struct nl_msg *m = begin_command (NBD_CMD_STATUS, what, index, &s, why,
+                                    len);
 
-  if (s == NULL)
-    return -1;
-  m = new_msg (family, NBD_CMD_STATUS);
-  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0) {
-    snprintf (why, len, "netlink: cannot build NBD_CMD_STATUS");
-    nlmsg_free (m);
-    nl_socket_free (s);
-    return -1;
-  }
-  if (transact (s, m, "NBD_CMD_STATUS", status_cb, &a, why, len) &&
+  if (m != NULL && end_command (s, m, true, what, status_cb, &a, why, len) &&
       a.connected < 0)
     snprintf (why, len, "netlink NBD_CMD_STATUS: no answer for nbd%d",
               index);
-  nl_socket_free (s);
   return a.connected;
 }
 
