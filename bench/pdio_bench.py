@@ -30,6 +30,10 @@ RESULTS = os.path.join(BENCH, "results")
 PLUGIN = os.environ.get("PDIO_PLUGIN") or \
     os.path.join(TOP, "plugin", ".libs", "pdio.so")
 PDIO_CLI = os.environ.get("PDIO_CLI") or os.path.join(TOP, "src", "cli", "pdio")
+# The pdio-base row: another build's pdio.so (--base-plugin), for "no
+# regression" measured in the same run rather than against published
+# figures from another day (or another machine).
+BASE_PLUGIN = os.environ.get("PDIO_BASE_PLUGIN") or ""
 PERF_MD = os.path.join(TOP, "docs", "performance.md")
 PERF_PNG = os.path.join(TOP, "docs", "performance-ratios.png")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -131,6 +135,9 @@ def servers(img, size):
                [PLUGIN, "file=" + img, "backend=io_uring"]),
         Server("pdio-psync", "pdio backend=psync", "nbdkit",
                [PLUGIN, "file=" + img, "backend=psync"]),
+        Server("pdio-base", "pdio backend=io_uring, baseline build "
+               "(--base-plugin %s)" % (BASE_PLUGIN or "unset"), "nbdkit",
+               [BASE_PLUGIN, "file=" + img, "backend=io_uring"]),
         # nbdkit's callbacks are synchronous: each read in flight holds a
         # worker thread, 16 per connection by default, so a single
         # connection at QD32 keeps only 16 at the disk.  This row shows
@@ -830,6 +837,10 @@ def metadata(img, size, run):
         if os.path.exists(PLUGIN) else None,
         "plugin_mtime": mtime(PLUGIN),
         "plugin_tree": build_tree(PLUGIN),
+        "base_plugin": BASE_PLUGIN or None,
+        "base_plugin_sha256": file_sha256(BASE_PLUGIN)[:16]
+        if BASE_PLUGIN and os.path.exists(BASE_PLUGIN) else None,
+        "base_plugin_tree": build_tree(BASE_PLUGIN) if BASE_PLUGIN else None,
         "pdio_cli": PDIO_CLI,
         "pdio_cli_sha256": file_sha256(PDIO_CLI)[:16]
         if os.path.exists(PDIO_CLI) else None,
@@ -875,8 +886,13 @@ def do_run(args):
         if bad:
             die("unknown server(s) %s; known: %s, pdio-tN, pdio-native-tN, "
                 "issue11" % (bad, ", ".join(names)))
-    # Check what the chosen rows need before the image is made.
-    chosen = want or names
+    # Check what the chosen rows need before the image is made.  The
+    # baseline row runs only when named (it needs --base-plugin).
+    chosen = want or [n for n in names if n != "pdio-base"]
+    if "pdio-base" in chosen and not (BASE_PLUGIN and
+                                      os.path.exists(BASE_PLUGIN)):
+        die("the pdio-base row needs --base-plugin PATH (PDIO_BASE_PLUGIN): "
+            "another build's pdio.so (%s)" % (BASE_PLUGIN or "unset"))
     if any(w == "pdio" or is_pdio_row(w) for w in chosen) and \
             not os.path.exists(PLUGIN):
         die("%s is missing: run scripts/bootstrap build (or --plugin, "
@@ -1488,6 +1504,7 @@ def check_issue11(c):
             c.records["peak RSS of " + s] = ("INFO", [], "%.1f MiB"
                                              % (max(rss) / 1024))
     check_regression(c)
+    check_regression_same_run(c)
     # --threads 1 against --threads 2 (not in the targets table: stated).
     for j in NATIVE_SCALING_JOBS:
         vals = c.per_rep(lambda r: c.val(r, "pdio-native-t2", j) /
@@ -1559,6 +1576,22 @@ def check_bounced(c):
                "%d B over %s (bounces only where the engine's direct-I/O "
                "alignment is above 512)"
                % (s["stats"]["bounced_bytes"], ",".join(s["jobs"])))
+
+
+def check_regression_same_run(c):
+    """The nbdkit front end against a baseline build's pdio.so run in the
+    same repetitions (the pdio-base row): the same host, the same minutes."""
+    if not any(r["server"] == "pdio-base" for r in c.doc["results"]):
+        return
+    c.info("nbdkit front end: same-run baseline",
+           "pdio-base is %s; a repetition regresses below %.0f%% of it"
+           % (c.doc["meta"].get("base_plugin", "?"),
+              REGRESSION_TOLERANCE * 100))
+    for j in TARGET_JOBS + SEQ_JOBS:
+        c.verdict("no regression (same run): pdio / pdio-base, %s" % j,
+                  c.per_rep(lambda r: c.val(r, "pdio", j) /
+                            c.val(r, "pdio-base", j)),
+                  REGRESSION_TOLERANCE)
 
 
 def check_regression(c):
@@ -1759,7 +1792,7 @@ def targets_table(docs):
 COLOURS = {
     "raw": "#555555", "null": "#bbbbbb",
     "pdio": "#08306b", "pdio-psync": "#2171b5", "pdio-t32": "#4292c6",
-    "pdio-a4k": "#6baed6",
+    "pdio-a4k": "#6baed6", "pdio-base": "#9ecae1",
     "pdio-native": "#7a0177", "pdio-native-t1": "#c51b8a",
     "pdio-native-t2": "#f768a1",
     "qemu-native": "#cb181d", "qemu-uring": "#fd8d3c",
@@ -1929,6 +1962,11 @@ def main():
     p.add_argument("--plugin", metavar="PATH",
                    help="the nbdkit plugin of the pdio rows (PDIO_PLUGIN; "
                         "default: this tree's plugin/.libs/pdio.so)")
+    p.add_argument("--base-plugin", metavar="PATH",
+                   help="the pdio.so of a baseline build for the pdio-base "
+                        "row (PDIO_BASE_PLUGIN; e.g. the build before a "
+                        "change): 'no regression' is then also checked as "
+                        "pdio / pdio-base in the same repetition")
     p.add_argument("--baseline", metavar="FILE",
                    help="the nbdkit front end's published ratios for 'no "
                         "regression': a docs/performance.md or a results.json"
@@ -1950,7 +1988,9 @@ def main():
                         "(several runs, comma-separated: with --publish, "
                         "all of them go into docs/performance.md)")
     args = p.parse_args()
-    global PDIO_CLI, PLUGIN
+    global PDIO_CLI, PLUGIN, BASE_PLUGIN
+    if args.base_plugin:
+        BASE_PLUGIN = os.path.abspath(args.base_plugin)
     if args.pdio:
         PDIO_CLI = os.path.abspath(args.pdio)
     if args.plugin:
