@@ -276,27 +276,13 @@ undo (struct attach *a)
 
 static unsigned default_connections (void);
 
-/* The server as a daemon (frontend.c), until it answers on its socket.
- * pdio's own server gets one worker thread per connection the kernel will
- * make: each worker has its own ring and pool, and more workers than
- * connections would only hold memory.
- */
-static struct server_opts
-server_opts_of (const struct attach_opts *o, struct attach *a)
-{
-  return (struct server_opts) {
-    .nbdkit = a->nbdkit, .plugin = plugin_name (o->plugin),
-    .image = a->image, .socket = a->rec.socket, .pidfile = a->pidfile,
-    .readonly = o->readonly, .native = !o->nbdkit, .pdio = a->self,
-    .threads = o->connections ? o->connections : default_connections (),
-  };
-}
-
+/* The server as a daemon (frontend.c), until it answers on its socket. */
 static bool
 start_server (const struct attach_opts *o, struct attach *a,
               struct server_info *info)
 {
-  const struct server_opts so = server_opts_of (o, a);
+  const struct server_opts so =
+    record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
   char why[PATH_MAX + 256] = "";
 
   a->rec.server_pid = frontend_start (&so, a->log, why, sizeof why);
@@ -413,6 +399,14 @@ attach_locked (const struct attach_opts *o, struct attach *a)
   state_path (a->rec.device, "sock", a->rec.socket, sizeof a->rec.socket);
   state_path (a->rec.device, "log", a->log, sizeof a->log);
   state_path (a->rec.device, "pid", a->pidfile, sizeof a->pidfile);
+  a->rec.readonly = o->readonly;
+  a->rec.nbdkit = o->nbdkit;
+  snprintf (a->rec.plugin, sizeof a->rec.plugin, "%s", plugin_name (o->plugin));
+  /* pdio's own server gets one worker thread per connection the kernel
+   * will make: each worker has its own ring and pool, and more workers
+   * than connections would only hold memory.
+   */
+  a->rec.threads = o->connections ? o->connections : default_connections ();
 
   /* A server of this image that was just stopped hard may hold its lock
    * a little longer; a live one will be named by nbdkit's error.
@@ -484,9 +478,10 @@ attach_forked (const struct attach_opts *o, struct attach *a, int lock)
       _exit (r);
     close (lock);
     {
-      const struct server_opts so = server_opts_of (o, a);
+      const struct server_opts so =
+        record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
 
-      supervise (&a->rec, &so, p[1]);
+      supervise (&a->rec, &so, p[1], false);
     }
   }
   close (p[1]);

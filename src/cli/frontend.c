@@ -108,3 +108,14 @@ frontend_start (const struct server_opts *o, const char *log, char *why,
     return start_nbdkit_tied (o, log, why, len);
   return start_daemon (o, log, why, len);
 }
+
+struct server_opts
+record_server_opts (const struct record *r, const char *pdio,
+                    const char *nbdkit, const char *pidfile)
+{
+  return (struct server_opts) {
+    .nbdkit = nbdkit, .plugin = r->plugin, .image = r->image,
+    .socket = r->socket, .pidfile = pidfile, .readonly = r->readonly,
+    .native = !r->nbdkit, .pdio = pdio, .threads = r->threads,
+  };
+}

@@ -98,15 +98,24 @@ extern bool device_connected (int idx);
  */
 extern pid_t frontend_start (const struct server_opts *o, const char *log,
                              char *why, size_t len);
+/* How the server of a record is started: its front end, plugin, threads,
+ * image, socket and read-only come from the record.
+ */
+extern struct server_opts record_server_opts (const struct record *r,
+                                              const char *pdio,
+                                              const char *nbdkit,
+                                              const char *pidfile);
 
 /* --- supervise.c ---------------------------------------------------------- */
 /* Runs in attach's child once the device is connected: writes a byte on
  * notify_fd once stdout is let go, then supervises; never returns.  so is
  * how attach started the server (front end, programs, threads); image,
- * socket, pid file and read-only come from the record.
+ * socket, pid file and read-only come from the record.  adopt: started by
+ * pdio restart because the device's supervisor is gone; it records itself
+ * and first replaces the server with a child of its own.
  */
 extern void supervise (const struct record *r, const struct server_opts *so,
-                       int notify_fd)
+                       int notify_fd, bool adopt)
   __attribute__ ((noreturn));
 /* The process is a supervisor (comm "pdio-supervise"): the pid in a
  * record was not reused.
@@ -117,7 +126,7 @@ extern void describe_status (int status, char *buf, size_t len);
 
 /* Tests only: PDIO_TEST_BREAK is a comma-separated list of deliberate
  * breakages (no-restart, no-give-up, server-exits-with-supervisor,
- * no-autoclear, no-partscan) with which the guest tests are run to show
+ * no-autoclear, no-partscan, no-take-over) with which the guest tests are run to show
  * that each fails without the feature it tests.
  */
 extern bool test_break (const char *what);

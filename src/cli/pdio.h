@@ -30,11 +30,13 @@ enum {
  */
 #define DEFAULT_CONNECTIONS 4
 #define MAX_CONNECTIONS 16
-/* Kernel request timeout: a dead server turns into I/O errors after this
- * long instead of hanging forever, and slow storage under load does not
- * trip it.
+/* Kernel request timeout.  Linux 6.1's nbd driver resends the requests
+ * that were in flight on a dead connection only when this expires, so it
+ * is the pause a server restart costs them; a request that trips it on a
+ * live server costs a resend on a fresh connection, not an error.  15 s
+ * is half the SCSI disk default: far beyond a healthy request's latency.
  */
-#define DEFAULT_TIMEOUT 60
+#define DEFAULT_TIMEOUT 15
 /* nbdkit worker threads per connection (nbdkit -t); 16 is nbdkit's own
  * default.  The one place to tune it.
  */
@@ -80,6 +82,12 @@ struct record {
   unsigned restarts;
   char reason[256];             /* why the last restart, "" if none */
   bool gave_up;                 /* the server could not be brought back */
+  /* How the server is started, for a supervisor that pdio restart starts
+   * when the first one is gone.
+   */
+  bool nbdkit;                  /* nbdkit + plugin, else pdio serve */
+  char plugin[PATH_MAX];        /* with nbdkit: the plugin */
+  unsigned threads;             /* pdio serve: worker threads */
 };
 /* Creates the run directory and takes its lock: attach and detach hold it
  * for their whole run so that two of them never pick the same device.

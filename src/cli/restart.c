@@ -2,15 +2,19 @@
  * upgrade, say) while the device stays connected and mounted.  The
  * supervisor does it (SIGUSR1): it kills the server, starts a new one and
  * hands the device fresh connections; this waits until the record says
- * it is done.
+ * it is done.  If the supervisor is gone, this starts a new one that does
+ * the same.
  */
 #include <config.h>
 
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kernel.h"
@@ -25,7 +29,8 @@ usage (FILE *fp)
   fprintf (fp,
 "Usage: pdio restart DEVICE|IMAGE\n"
 "Replace the device's server with a new one; the device stays connected\n"
-"(requests wait, then are resent).\n");
+"(requests wait, then are resent).  If its supervisor is gone, a new one\n"
+"is started.\n");
 }
 
 /* The record a DEVICE or IMAGE argument names. */
@@ -53,6 +58,92 @@ find_record (const char *what, struct record *out)
   return found;
 }
 
+/* The device's supervisor is gone (killed, say): start a new one, as
+ * attach does (a subreaper in a session of its own), under the state lock
+ * so that two of these do not both start one.  It tells us on the pipe
+ * once it has recorded itself.
+ */
+static bool
+start_supervisor (struct record *r)
+{
+  char self[PATH_MAX], nbdkit[PATH_MAX] = "", pidfile[PATH_MAX], c;
+  ssize_t n = readlink ("/proc/self/exe", self, sizeof self - 1);
+  int p[2], lock, status;
+  pid_t pid;
+
+  if (n <= 0) {
+    errorf (CMD ": cannot find pdio itself (/proc/self/exe): %m");
+    return false;
+  }
+  self[n] = '\0';
+  if (test_break ("no-take-over")) {
+    errorf (CMD ": %s: its supervisor (pid %d) is gone", r->device,
+            (int) r->supervisor_pid);
+    return false;
+  }
+  if (r->nbdkit &&
+      !find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
+    errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
+            "nbdkit)", nbdkit);
+    return false;
+  }
+  lock = state_lock (CMD);
+  if (lock == -1)
+    return false;
+  /* Another pdio restart may have been quicker. */
+  if (record_load_device (r->device, r) == -1) {
+    errorf (CMD ": %s: its record went away (detached?)", r->device);
+    close (lock);
+    return false;
+  }
+  if (pid_is_supervisor (r->supervisor_pid)) {
+    close (lock);
+    if (kill (r->supervisor_pid, SIGUSR1) == -1) {
+      errorf (CMD ": %s: cannot signal its supervisor, pid %d: %m",
+              r->device, (int) r->supervisor_pid);
+      return false;
+    }
+    return true;
+  }
+  state_path (r->device, "pid", pidfile, sizeof pidfile);
+  if (pipe2 (p, O_CLOEXEC) == -1) {
+    errorf (CMD ": pipe: %m");
+    close (lock);
+    return false;
+  }
+  fflush (NULL);
+  pid = fork ();
+  if (pid == -1) {
+    errorf (CMD ": fork: %m");
+    close (lock);
+    return false;
+  }
+  if (pid == 0) {
+    const struct server_opts so = record_server_opts (r, self, nbdkit,
+                                                      pidfile);
+
+    close (p[0]);
+    close (lock);
+    setsid ();
+    prctl (PR_SET_CHILD_SUBREAPER, 1);
+    supervise (r, &so, p[1], true);
+  }
+  close (p[1]);
+  if (read (p[0], &c, 1) != 1) {
+    waitpid (pid, &status, 0);
+    errorf (CMD ": %s: the new supervisor did not start (see %s/%s"
+            ".supervisor.log)", r->device, rundir (), r->device + 5);
+    close (p[0]);
+    close (lock);
+    return false;
+  }
+  close (p[0]);
+  close (lock);
+  printf ("%s: its supervisor was gone: started a new one, pid %d\n",
+          r->device, (int) pid);
+  return true;
+}
+
 int
 cmd_restart (int argc, char **argv)
 {
@@ -78,12 +169,11 @@ cmd_restart (int argc, char **argv)
   if (!find_record (argv[optind], &r))
     return EXIT_FAILED;
   if (!pid_is_supervisor (r.supervisor_pid)) {
-    errorf (CMD ": %s: its supervisor (pid %d) is gone: nothing can hand "
-            "the device a new server; pdio detach and attach again",
-            r.device, (int) r.supervisor_pid);
-    return EXIT_FAILED;
+    /* The new supervisor replaces the server as it starts. */
+    if (!start_supervisor (&r))
+      return EXIT_FAILED;
   }
-  if (kill (r.supervisor_pid, SIGUSR1) == -1) {
+  else if (kill (r.supervisor_pid, SIGUSR1) == -1) {
     errorf (CMD ": %s: cannot signal its supervisor, pid %d: %m", r.device,
             (int) r.supervisor_pid);
     return EXIT_FAILED;

@@ -70,6 +70,8 @@ record_write (const struct record *r)
            "autoclear=%d\nrestarts=%u\nreason=%s\ngave_up=%d\n",
            (int) r->supervisor_pid, r->timeout, r->dead_timeout, r->autoclear,
            r->restarts, r->reason, r->gave_up);
+  fprintf (fp, "frontend=%s\nplugin=%s\nthreads=%u\n",
+           r->nbdkit ? "nbdkit" : "native", r->plugin, r->threads);
   if (fclose (fp) == EOF || rename (tmp, path) == -1) {
     unlink (tmp);
     return -1;
@@ -112,6 +114,12 @@ set_field (struct record *r, const char *key, const char *value)
     snprintf (r->reason, sizeof r->reason, "%s", value);
   else if (strcmp (key, "gave_up") == 0)
     r->gave_up = atoi (value) != 0;
+  else if (strcmp (key, "frontend") == 0)
+    r->nbdkit = strcmp (value, "nbdkit") == 0;
+  else if (strcmp (key, "plugin") == 0)
+    snprintf (r->plugin, sizeof r->plugin, "%s", value);
+  else if (strcmp (key, "threads") == 0)
+    r->threads = strtoul (value, NULL, 10);
 }
 
 static int

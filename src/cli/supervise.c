@@ -394,6 +394,35 @@ requested (struct sup *s)
   restart (s, now_ms ());
 }
 
+/* pdio restart on a device whose supervisor is gone: the new supervisor
+ * replaces the server, which is not its child (it could not learn how it
+ * dies), with one of its own.  A server that died unsupervised is simply
+ * brought back.
+ */
+static void
+take_over (struct sup *s)
+{
+  pid_t old = s->rec.server_pid;
+  char why[128];
+
+  say ("taking over %s, whose supervisor is gone: replacing server pid %d",
+       s->rec.device, (int) old);
+  if (old > 0 && pid_alive (old) && pid_is_server (old)) {
+    kill (old, SIGKILL);
+    if (!wait_gone (old, 10000)) {
+      snprintf (why, sizeof why, "the old server, pid %d, does not exit",
+                (int) old);
+      give_up (s, why);
+      return;
+    }
+  }
+  s->rec.restarts++;
+  set_reason (s, "pdio restart (its supervisor was gone)");
+  s->rec.server_pid = 0;
+  save (s);
+  restart (s, now_ms ());
+}
+
 /* stdout and stderr to RUNDIR/nbdN.supervisor.log, stdin from /dev/null. */
 static void
 detach_stdio (const struct record *r)
@@ -417,7 +446,7 @@ detach_stdio (const struct record *r)
 
 void
 supervise (const struct record *r, const struct server_opts *so,
-           int notify_fd)
+           int notify_fd, bool adopt)
 {
   static struct sup s;
   struct signalfd_siginfo si;
@@ -445,6 +474,10 @@ supervise (const struct record *r, const struct server_opts *so,
   sigprocmask (SIG_BLOCK, &set, NULL);
   sfd = signalfd (-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   detach_stdio (r);
+  if (adopt) {
+    s.rec.supervisor_pid = getpid ();
+    save (&s);
+  }
   if (write (notify_fd, "1", 1) != 1)
     say ("cannot tell pdio attach that %s is up: %m", r->device);
   close (notify_fd);
@@ -454,8 +487,11 @@ supervise (const struct record *r, const struct server_opts *so,
   say ("supervising %s: %s served by pid %d, %u connection(s), timeout %u "
        "s, dead-connection timeout %u s", r->device, r->image,
        (int) r->server_pid, r->connections, r->timeout, r->dead_timeout);
-  /* The server may have died before the signalfd existed. */
-  reap (&s);
+  if (adopt)
+    take_over (&s);
+  else
+    /* The server may have died before the signalfd existed. */
+    reap (&s);
 
   for (;;) {
     struct pollfd p[2] = {

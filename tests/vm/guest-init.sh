@@ -746,6 +746,9 @@ scenario_frontend() {
 #                         umount)
 #   no-partscan           attach does not read the partition table: the
 #                         partitions test fails (no nbdNp1)
+#   no-take-over          pdio restart refuses a device whose supervisor
+#                         is gone: "supervisor killed" fails (no new
+#                         supervisor, the killed server stays dead)
 RC_IMG=/scratch/rc.img
 RC_SIZE=$((256 * 1024 * 1024))
 RC_TIMEOUT=8        # kernel request timeout: the pause at a restart
@@ -920,7 +923,9 @@ rc_fsck() {
 }
 
 # The supervisor is killed: the device keeps working (a fio run), list
-# says so, and pdio detach still cleans up everything.
+# says so; pdio restart starts a new supervisor, which replaces the server
+# and then restarts it when it is killed; pdio detach still cleans up
+# everything.
 rc_supervisor_killed() {
     sup=$(rc_field supervisor_pid)
     server=$(rc_field server_pid)
@@ -930,17 +935,47 @@ rc_supervisor_killed() {
     FIO_DIR=$MNT/fio FIO_SIZE=$RC_FIO_SIZE fio --output-format=json \
         --output="$LOGS/fio-rc-unsupervised-1.json" /pdio/fio/recover.fio
     set -- $(rc_fio_figures unsupervised)
+    fioerrs=$2
     pdio list | tee "$STATE/rc.list"
     grep -q "ok, unsupervised" "$STATE/rc.list"
+    # A new supervisor, and a server of its own.
+    r0=$(rc_field restarts)
+    pdio restart "$(rc_dev)"
+    sup2=$(rc_field supervisor_pid) server2=$(rc_field server_pid)
+    [ "$(cat "/proc/$sup2/comm")" = pdio-supervise ]
+    [ "$sup2" != "$sup" ]
+    [ "$server2" != "$server" ]
+    [ -d "/proc/$server2" ]
+    [ "$(rc_field restarts)" = $((r0 + 1)) ]
+    [ "$(rc_field reason)" = "pdio restart (its supervisor was gone)" ]
+    pdio list | tee "$STATE/rc.list"
+    grep -q " ok" "$STATE/rc.list"
+    if grep -q unsupervised "$STATE/rc.list"; then return 1; fi
+    # ... which it supervises: killed, it comes back, and I/O goes on.
+    kill -KILL "$server2"
+    n=0
+    until [ "$(rc_field restarts)" = $((r0 + 2)) ] && server3=$(rc_field server_pid) &&
+          [ "$server3" != 0 ] && [ "$server3" != "$server2" ] && [ -d "/proc/$server3" ]; do
+        n=$((n + 1)); [ $n -lt 300 ] || { echo "the new supervisor did not restart its server"; return 1; }
+        sleep 0.1
+    done
+    dd if=/dev/urandom of="$MNT/after-take-over" bs=64k count=16 2>/dev/null
+    sync
+    sum=$(md5sum < "$MNT/after-take-over")
     umount "$MNT"
     e2fsck -fn "$(rc_dev)"
+    mount -t ext4 "$(rc_dev)" "$MNT"
+    [ "$(md5sum < "$MNT/after-take-over")" = "$sum" ]
+    umount "$MNT"
     pdio detach "$(rc_dev)"
     if fe_connected "$(rc_idx)"; then echo "still connected"; return 1; fi
     [ ! -d "/proc/$server" ]
+    [ ! -d "/proc/$server3" ]
+    [ ! -d "/proc/$sup2" ]
     fe_no_state
     fe_no_server
-    detail "supervisor $sup killed: fio $2 errors, kernel I/O errors $(($(nbd_io_errors) - errs0)); detach left no server, no state"
-    [ "$2" = 0 ] && [ "$(nbd_io_errors)" = "$errs0" ]
+    detail "supervisor $sup killed: fio $fioerrs errors; pdio restart: supervisor $sup2, server $server -> $server2, killed -> $server3 (restarts $r0 -> $(($r0 + 2))); kernel I/O errors $(($(nbd_io_errors) - errs0)); detach left no server, no supervisor, no state"
+    [ "$fioerrs" = 0 ] && [ "$(nbd_io_errors)" = "$errs0" ]
 }
 
 # The image is removed, then the server killed: the supervisor cannot
@@ -1032,7 +1067,7 @@ scenario_recover() {
     step "recover: server SIGABRTed during fio verify: 0 errors" rc_replace abort 1
     step "recover: pdio restart twice during fio verify: 0 errors" rc_replace restart 2
     step "recover: unmount, e2fsck -fn clean, remount" rc_fsck
-    step "recover: supervisor killed: I/O keeps working, pdio detach cleans up" rc_supervisor_killed
+    step "recover: supervisor killed: I/O keeps working; pdio restart starts a new supervisor, which restarts a killed server; pdio detach cleans up" rc_supervisor_killed
     step "recover: one connection: raw O_DIRECT writes across a SIGKILL, all read back" rc_single
     step "recover: a server that cannot come back: I/O errors within the timeouts, list says why, detach cleans up" rc_cannot_come_back
 }
