@@ -42,6 +42,14 @@
 #define CONN_IOV 64
 /* A BLOCK_STATUS reply is built in one pool page: up to 509 extents. */
 #define BLOCK_STATUS_BUF 4096
+/* A small WRITE's payload is received together with whatever of the next
+ * request's header has arrived behind it, in one receive without
+ * MSG_WAITALL: a client that pipelines sends both at once, so one
+ * completion (one trip through the ring) serves two steps.  Larger
+ * payloads keep MSG_WAITALL, where a partial receive would cost more
+ * completions than it saves.
+ */
+#define RX_COMBINED_MAX (16 * 1024)
 
 struct req {
   struct pdio_req er;           /* the engine's request */
@@ -90,6 +98,8 @@ struct conn {
   struct req *rx_req;           /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
+  struct msghdr rx_msg;         /* a payload and the next header */
+  struct iovec rx_iov[2];
 
   /* Sending. */
   struct req *tx_head, *tx_tail;
@@ -159,6 +169,29 @@ submit_recv (struct conn *c, void *buf, size_t len)
     return false;
   /* MSG_WAITALL: one completion for a whole header or payload. */
   io_uring_prep_recv (sqe, c->fd, buf, len, MSG_WAITALL);
+  io_uring_sqe_set_data (sqe, &c->rx_c);
+  c->rx_pending = true;
+  return true;
+}
+
+/* The rest of rx_req's payload, then into hdr (empty: hdr_got is 0 while
+ * a payload is received) what of the next header is there already.
+ */
+static bool
+submit_recv_payload_and_header (struct conn *c)
+{
+  struct io_uring_sqe *sqe = get_sqe (c);
+
+  if (sqe == NULL)
+    return false;
+  c->rx_iov[0] = (struct iovec) {
+    .iov_base = (uint8_t *) c->rx_req->buf + c->payload_got,
+    .iov_len = c->rx_req->nbd.count - c->payload_got,
+  };
+  c->rx_iov[1] = (struct iovec) { .iov_base = c->hdr,
+                                  .iov_len = NBD_REQUEST_LEN };
+  c->rx_msg = (struct msghdr) { .msg_iov = c->rx_iov, .msg_iovlen = 2 };
+  io_uring_prep_recvmsg (sqe, c->fd, &c->rx_msg, 0);
   io_uring_sqe_set_data (sqe, &c->rx_c);
   c->rx_pending = true;
   return true;
@@ -527,8 +560,11 @@ rx_next (struct conn *c)
     ok = submit_recv (c, c->hdr + c->hdr_got, NBD_REQUEST_LEN - c->hdr_got);
     break;
   case RX_PAYLOAD:
-    ok = submit_recv (c, (uint8_t *) c->rx_req->buf + c->payload_got,
-                      c->rx_req->nbd.count - c->payload_got);
+    if (c->rx_req->nbd.count - c->payload_got <= RX_COMBINED_MAX)
+      ok = submit_recv_payload_and_header (c);
+    else
+      ok = submit_recv (c, (uint8_t *) c->rx_req->buf + c->payload_got,
+                        c->rx_req->nbd.count - c->payload_got);
     break;
   case RX_DISCARD:
     ok = submit_recv (c, c->w->discard,
@@ -779,14 +815,29 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     }
     start_request (c);
     return;
-  case RX_PAYLOAD:
-    c->payload_got += res;
+  case RX_PAYLOAD: {
+    size_t want = c->rx_req->nbd.count - c->payload_got;
+    size_t got = (size_t) res < want ? (size_t) res : want;
+
+    c->payload_got += got;
+    /* Past the payload: the start of the next header (combined receive). */
+    c->hdr_got = res - got;
     if (c->payload_got < c->rx_req->nbd.count)
       break;
     c->rx = RX_HEADER;
     submit_engine (c, c->rx_req);
     c->rx_req = NULL;
+    if (c->hdr_got == NBD_REQUEST_LEN) {
+      c->hdr_got = 0;
+      if (!nbd_parse_request (c->hdr, &c->pending)) {
+        conn_abort (c, "bad request magic");
+        return;
+      }
+      start_request (c);
+      return;
+    }
     break;
+  }
   case RX_DISCARD:
     c->discard_left -= res;
     if (c->discard_left == 0) {
