@@ -766,6 +766,18 @@ start_request (struct conn *c)
   rx_next (c);
 }
 
+/* A whole header is in hdr: start its request.  c may be freed after. */
+static void
+header_complete (struct conn *c)
+{
+  c->hdr_got = 0;
+  if (!nbd_parse_request (c->hdr, &c->pending)) {
+    conn_abort (c, "bad request magic");
+    return;
+  }
+  start_request (c);
+}
+
 static void
 on_recv (struct pdio_completion *pc, int res, uint32_t flags)
 {
@@ -808,12 +820,7 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     c->hdr_got += res;
     if (c->hdr_got < NBD_REQUEST_LEN)
       break;
-    c->hdr_got = 0;
-    if (!nbd_parse_request (c->hdr, &c->pending)) {
-      conn_abort (c, "bad request magic");
-      return;
-    }
-    start_request (c);
+    header_complete (c);
     return;
   case RX_PAYLOAD: {
     size_t want = c->rx_req->nbd.count - c->payload_got;
@@ -828,12 +835,7 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     submit_engine (c, c->rx_req);
     c->rx_req = NULL;
     if (c->hdr_got == NBD_REQUEST_LEN) {
-      c->hdr_got = 0;
-      if (!nbd_parse_request (c->hdr, &c->pending)) {
-        conn_abort (c, "bad request magic");
-        return;
-      }
-      start_request (c);
+      header_complete (c);
       return;
     }
     break;
