@@ -11,5 +11,5 @@ ENGINE_C = \
 ENGINE_H = \
 	%reldir%/engine.h %reldir%/engine_internal.h %reldir%/geometry.h \
 	%reldir%/dio_args.h %reldir%/plan.h %reldir%/range_lock.h \
-	%reldir%/pool.h %reldir%/io.h %reldir%/req.h
+	%reldir%/pool.h %reldir%/io.h %reldir%/req.h %reldir%/vg.h
 ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)

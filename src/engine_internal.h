@@ -73,6 +73,7 @@ struct pdio_thread {
   bool file_on_ring;            /* the image's I/O goes on the ring */
   bool fixed_file;              /* the image is registered file 0 */
   bool fixed_buf;               /* the pool is registered buffer 0 */
+  bool on_valgrind;             /* waits never sleep in the ring (ring.c) */
   const struct io_backend *backend;   /* when !file_on_ring */
   void *backend_state;
   struct psync_files files;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "io.h"
+#include "vg.h"
 
 /* What one kernel result means for x: true finished, false submit the rest
  * again.
@@ -68,6 +69,9 @@ xfer_completed (struct pdio_completion *c, int res, uint32_t cqe_flags)
   struct xfer *x = (struct xfer *) ((char *) c - offsetof (struct xfer, op.comp));
 
   (void) cqe_flags;
+  /* On the ring, valgrind cannot see what the read wrote (vg.h). */
+  if (!x->write)
+    vg_kernel_wrote_iov (x->op.iov, x->op.iovcnt, res);
   if (account (x, res))
     x->finished (x);
   else

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "pool.h"
+#include "vg.h"
 
 #define NONE UINT32_MAX
 
@@ -161,19 +162,34 @@ pool_destroy (struct pool *p)
   memset (p, 0, sizeof *p);
 }
 
+/* For valgrind (vg.h), what malloc would say: a block handed out holds
+ * nothing defined yet (stale data from its last user is not its
+ * contents), and one given back is not to be touched until handed out
+ * again.
+ */
+static void *
+handed_out (void *m, unsigned o)
+{
+  if (m)
+    vg_fresh (m, (size_t) POOL_PAGE << o);
+  return m;
+}
+
 void *
 pool_get_bounce (struct pool *p, size_t len)
 {
   unsigned o = order_of (len);
   void *m = buddy_get (&p->bounce, o);
 
-  return m ? m : buddy_get (&p->bufs, o);
+  return handed_out (m ? m : buddy_get (&p->bufs, o), o);
 }
 
 void *
 pool_get_buf (struct pool *p, size_t len)
 {
-  return buddy_get (&p->bufs, order_of (len));
+  unsigned o = order_of (len);
+
+  return handed_out (buddy_get (&p->bufs, o), o);
 }
 
 void
@@ -182,6 +198,7 @@ pool_put (struct pool *p, void *mem, size_t len)
   struct buddy *b = (char *) mem < p->bufs.base ? &p->bounce : &p->bufs;
 
   assert (pool_contains (p, mem, len));
+  vg_gone (mem, (size_t) POOL_PAGE << order_of (len));
   buddy_put (b, mem, order_of (len));
 }
 

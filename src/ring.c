@@ -20,9 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "vg.h"
 
 /* ---- deferred work --------------------------------------------------------- */
 
@@ -136,6 +138,13 @@ thread_issue (struct pdio_thread *t, struct sysop *op)
       pool_contains (&t->pool, op->iov[0].iov_base, op->iov[0].iov_len);
 
     if (sqe) {
+      /* What valgrind would do for the system call (vg.h); a read's
+       * completion marks what it read (io.c).
+       */
+      if (op->kind == SYSOP_READV)
+        vg_kernel_owns_iov (op->iov, op->iovcnt);
+      else if (op->kind == SYSOP_WRITEV || op->kind == SYSOP_TAIL_WRITE)
+        vg_check_iov (op->iov, op->iovcnt);
       uring_prep (sqe, op, t->img->fd, t->img->tail_fd, t->fixed_file,
                   fixed_buf);
       io_uring_sqe_set_data (sqe, &op->comp);
@@ -259,6 +268,50 @@ reap (struct pdio_thread *t)
   return n;
 }
 
+/* valgrind (3.19, Debian 12's) does not know that io_uring_enter can
+ * block: it keeps its big lock, which lets one thread of the process run
+ * at a time, across the call.  A thread asleep on its ring would stop
+ * every other thread for as long, the ones that would wake it included
+ * (the server's accept thread handing over a connection, another worker
+ * granting a range).  Under valgrind a wait therefore never sleeps in
+ * the ring: it submits and reaps without waiting, and sleeps in
+ * nanosleep, which valgrind knows blocks, 1 ms at a time until a
+ * completion is there or the timeout passed.  Natively this is never
+ * called.
+ */
+static int
+wait_under_valgrind (struct pdio_thread *t, unsigned wait_nr,
+                     const struct __kernel_timespec *timeout)
+{
+  const struct timespec nap = { .tv_nsec = 1000000 };
+  struct timespec end = { 0 }, now;
+
+  if (timeout) {
+    clock_gettime (CLOCK_MONOTONIC, &end);
+    end.tv_sec += timeout->tv_sec;
+    end.tv_nsec += timeout->tv_nsec;
+    if (end.tv_nsec >= 1000000000) {
+      end.tv_sec++;
+      end.tv_nsec -= 1000000000;
+    }
+  }
+  for (;;) {
+    int r = io_uring_submit_and_get_events (&t->ring);
+
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+      return r;
+    if (io_uring_cq_ready (&t->ring) >= wait_nr)
+      return 0;
+    if (timeout) {
+      clock_gettime (CLOCK_MONOTONIC, &now);
+      if (now.tv_sec > end.tv_sec ||
+          (now.tv_sec == end.tv_sec && now.tv_nsec >= end.tv_nsec))
+        return -ETIME;
+    }
+    nanosleep (&nap, NULL);
+  }
+}
+
 int
 pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
                   const struct __kernel_timespec *timeout)
@@ -290,7 +343,9 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
     return 0;
   }
 
-  if (wait_nr) {
+  if (wait_nr && t->on_valgrind)
+    r = wait_under_valgrind (t, wait_nr, timeout);
+  else if (wait_nr) {
     struct io_uring_cqe *cqe;
 
     r = io_uring_submit_and_wait_timeout (&t->ring, &cqe, wait_nr,
@@ -434,6 +489,7 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   t->mem_waiters_tail = &t->mem_waiters;
   pthread_mutex_init (&t->remote_lock, NULL);
   pthread_cond_init (&t->remote_cond, NULL);
+  t->on_valgrind = vg_running ();
   t->files = (struct psync_files) { img->fd, img->tail_fd };
   t->backend = &backend_psync;
   t->backend_state = &t->files;
