@@ -93,7 +93,6 @@ struct conn {
   enum rx_state rx;
   bool rx_pending;
   struct pdio_completion rx_c;
-  void *rx_buf;                 /* where the pending receive goes */
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
@@ -101,7 +100,8 @@ struct conn {
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
   struct msghdr rx_msg;         /* a payload and the next header */
-  struct iovec rx_iov[2];
+  struct iovec rx_iov[2];       /* where the pending receive goes */
+  int rx_iovcnt;
 
   /* Sending. */
   struct req *tx_head, *tx_tail;
@@ -172,8 +172,9 @@ submit_recv (struct conn *c, void *buf, size_t len)
   /* For valgrind, which cannot see into the ring (vg.h): the kernel
    * writes buf now, and on_recv marks what it wrote.
    */
-  vg_kernel_owns (buf, len);
-  c->rx_buf = buf;
+  c->rx_iov[0] = (struct iovec) { .iov_base = buf, .iov_len = len };
+  c->rx_iovcnt = 1;
+  vg_kernel_owns_iov (c->rx_iov, 1);
   /* MSG_WAITALL: one completion for a whole header or payload. */
   io_uring_prep_recv (sqe, c->fd, buf, len, MSG_WAITALL);
   io_uring_sqe_set_data (sqe, &c->rx_c);
@@ -197,7 +198,9 @@ submit_recv_payload_and_header (struct conn *c)
   };
   c->rx_iov[1] = (struct iovec) { .iov_base = c->hdr,
                                   .iov_len = NBD_REQUEST_LEN };
+  c->rx_iovcnt = 2;
   c->rx_msg = (struct msghdr) { .msg_iov = c->rx_iov, .msg_iovlen = 2 };
+  vg_kernel_owns_iov (c->rx_iov, 2);
   io_uring_prep_recvmsg (sqe, c->fd, &c->rx_msg, 0);
   io_uring_sqe_set_data (sqe, &c->rx_c);
   c->rx_pending = true;
@@ -793,7 +796,7 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
   struct conn *c = container_of (pc, struct conn, rx_c);
 
   (void) flags;
-  vg_kernel_wrote (c->rx_buf, res);
+  vg_kernel_wrote_iov (c->rx_iov, c->rx_iovcnt, res);
   c->rx_pending = false;
   if (c->dead) {
     maybe_free (c);
