@@ -754,6 +754,10 @@ scenario_frontend() {
 #                         umount)
 #   no-partscan           attach does not read the partition table: the
 #                         partitions test fails (no nbdNp1)
+#   no-umount-helper      mount.pdio does not mark its mounts helper=pdio,
+#                         so umount(8) does not wait for the cleanup: the
+#                         mount helper test and the systemd scenario's
+#                         shutdown-order test fail
 RC_IMG=/scratch/rc.img
 RC_SIZE=$((256 * 1024 * 1024))
 RC_TIMEOUT=8        # kernel request timeout: the pause at a restart
@@ -1101,9 +1105,17 @@ mt_helper() {
     write_files
     pdio list | tee "$STATE/mt.list"
     grep -q '^autoclear=1$' "/run/pdio/${dev#/dev/}.rec"
+    # umount(8) runs umount.pdio (helper=pdio in utab), which returns once
+    # the supervisor has cleaned up: no state, no connection, at once.
+    helper=$(grep -c "helper=pdio" /run/mount/utab || true)
     $UMOUNT "$MNT"
+    at_once=yes
+    fe_no_state || at_once=no
+    if [ -f "/sys/block/${dev#/dev/}/pid" ]; then echo "$dev still connected after umount"; at_once=no; fi
     mt_all_gone
-    detail "mount -t pdio mounted $dev (ext4 detected), 20 files written; after umount: no device, server, supervisor or state, fincore $(cat "$STATE/mt.pages") pages"
+    detail "mount -t pdio mounted $dev (ext4 detected, helper=pdio in utab: $helper), 20 files written; nothing left when umount returned: $at_once; then no server, supervisor, fincore $(cat "$STATE/mt.pages") pages"
+    [ "$helper" = 1 ]
+    [ "$at_once" = yes ]
 }
 
 mt_fstab() {

@@ -402,9 +402,11 @@ chmod 755 "$ov/init"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin"
 cp "$pdio" "$ov/usr/bin/pdio"
-# mount(8) finds the helper in /sbin (/usr/sbin here, merged /usr).
+# mount(8) and umount(8) find the helpers in /sbin (/usr/sbin here,
+# merged /usr).
 mkdir -p "$ov/usr/sbin"
 ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
+ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
