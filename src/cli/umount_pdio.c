@@ -100,23 +100,20 @@ device_on (const char *dir, char *device, size_t len)
 int
 cmd_umount (int argc, char **argv)
 {
+  static const char flags[] = "flnrv";
   char umount[PATH_MAX], device[64] = "";
-  const char *args[16];
+  const char *args[4 + sizeof flags];
   const char *target;
-  bool lazy = false, have_record = false;
+  bool set[sizeof flags] = { false }, have_record = false;
   struct record r;
   int c, i = 0, st;
 
   /* umount(8) puts the options after the operand. */
-  args[i++] = umount;
-  args[i++] = "-i";             /* no helper: that is us */
   while ((c = getopt (argc, argv, "flnrvN:t:h")) != -1)
     switch (c) {
-    case 'f': args[i++] = "-f"; break;
-    case 'l': args[i++] = "-l"; lazy = true; break;
-    case 'n': args[i++] = "-n"; break;
-    case 'r': args[i++] = "-r"; break;
-    case 'v': args[i++] = "-v"; break;
+    case 'f': case 'l': case 'n': case 'r': case 'v':
+      set[strchr (flags, c) - flags] = true;
+      break;
     case 't': break;
     case 'N':
       errorf (CMD ": -N (mount namespaces) is not supported");
@@ -132,6 +129,11 @@ cmd_umount (int argc, char **argv)
     return UMOUNT_EX_USAGE;
   }
   target = argv[optind];
+  args[i++] = umount;
+  args[i++] = "-i";             /* no helper: that is us */
+  for (size_t f = 0; f < sizeof flags - 1; f++)
+    if (set[f])
+      args[i++] = (const char *[]) { "-f", "-l", "-n", "-r", "-v" }[f];
   args[i++] = target;
   args[i] = NULL;
   if (!find_program (NULL, "umount", umount, sizeof umount)) {
@@ -157,7 +159,7 @@ cmd_umount (int argc, char **argv)
   if (st != 0)
     return st < 0 ? UMOUNT_EX_FAIL : st;
   /* Lazily unmounted, the filesystem may hold the device for a while. */
-  if (!have_record || lazy)
+  if (!have_record || set[1] /* -l */)
     return EXIT_OK;
 
   {
