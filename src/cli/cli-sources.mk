@@ -7,6 +7,6 @@ PDIO_CLI_C = \
 	%reldir%/state.c %reldir%/nbd_dev.c %reldir%/spawn.c %reldir%/util.c \
 	%reldir%/nbd_handshake.c %reldir%/nbd_netlink.c %reldir%/device.c \
 	%reldir%/frontend.c %reldir%/supervise.c %reldir%/restart.c \
-	%reldir%/mount_pdio.c
+	%reldir%/mount_pdio.c %reldir%/umount_pdio.c
 PDIO_CLI_H = %reldir%/pdio.h %reldir%/kernel.h
 PDIO_CLI_SRCS = $(PDIO_CLI_C) $(PDIO_CLI_H)

@@ -134,5 +134,6 @@ extern bool test_break (const char *what);
 /* --- the commands -------------------------------------------------------------- */
 extern int cmd_restart (int argc, char **argv);
 extern int cmd_mount (int argc, char **argv);
+extern int cmd_umount (int argc, char **argv);
 
 #endif /* PDIO_CLI_KERNEL_H */

@@ -52,12 +52,16 @@ main (int argc, char **argv)
     { "restart", cmd_restart },
   };
 
-  /* mount(8) runs /sbin/mount.pdio, a link to pdio. */
+  /* mount(8) runs /sbin/mount.pdio, and umount(8) /sbin/umount.pdio,
+   * links to pdio.
+   */
   {
     const char *base = strrchr (argv[0], '/');
 
     if (strcmp (base ? base + 1 : argv[0], "mount.pdio") == 0)
       return cmd_mount (argc, argv);
+    if (strcmp (base ? base + 1 : argv[0], "umount.pdio") == 0)
+      return cmd_umount (argc, argv);
   }
   if (argc < 2) {
     usage (stderr);

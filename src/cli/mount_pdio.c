@@ -10,7 +10,9 @@
  * not be its last user.  Options: "ro" attaches read-only; "fstype=TYPE"
  * (or -t pdio.TYPE) names the filesystem, else mount(8) detects it; the
  * rest go to mount(8), which is run with -i so that it does not call us
- * again.
+ * again, and with "helper=pdio", which libmount keeps in its utab, so that
+ * umount(8) runs umount.pdio (umount_pdio.c): it returns once the server
+ * has let go of the image.
  */
 #include <config.h>
 
@@ -64,6 +66,8 @@ parse_options (struct mount_opts *o, const char *s)
     }
     else if (n == 8 && strncmp (s, "defaults", 8) == 0)
       ;                         /* mount(8)'s business, and the default */
+    else if (n >= 7 && strncmp (s, "helper=", 7) == 0)
+      ;                         /* ours: umount.pdio */
     else if (n)
       add_option (o, s, n);
     s += n;
@@ -228,6 +232,8 @@ cmd_mount (int argc, char **argv)
     if (find_program (NULL, "modprobe", modprobe, sizeof modprobe))
       run_wait (mp, -1);
   }
+  if (!test_break ("no-umount-helper"))
+    add_option (&o, "helper=pdio", 11);
   if (!attach (&o, device, sizeof device))
     return MOUNT_EX_FAIL;
   fd = open (device, O_RDONLY | O_CLOEXEC);

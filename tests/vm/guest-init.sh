@@ -19,13 +19,19 @@ export HOME=/root LC_ALL=C
 # pdio(1) finds the plugin under test here.
 export PDIO_PLUGIN=/pdio/pdio.so
 
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
-mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
-exec < /dev/console > /dev/console 2>&1
+# The systemd scenario execs systemd as init, which runs this script again
+# from a unit (pdio-boot-check.service) with PDIO_GUEST_PHASE=systemd to
+# finish the run: the machine is set up already then.
+PHASE=${PDIO_GUEST_PHASE:-boot}
+if [ "$PHASE" = boot ]; then
+    mount -t proc proc /proc
+    mount -t sysfs sysfs /sys
+    mount -t devtmpfs devtmpfs /dev
+    mount -t tmpfs tmpfs /tmp
+    mount -t tmpfs tmpfs /run
+    mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm
+    exec < /dev/console > /dev/console 2>&1
+fi
 
 . /pdio/settings
 # run.sh --break: deliberately broken pdio (see scenario_recover).
@@ -57,16 +63,18 @@ poweroff_now() {
 # Load the modules run.sh put in dependency order (no depmod in the guest);
 # the first step reports any that failed.  nbd with max_part so that
 # partitions show (as modprobe nbd max_part=N would).
-: > "$STATE/insmod.failed"
-while read -r m; do
-    args=""
-    [ "$m" = nbd ] && args="max_part=15"
-    # shellcheck disable=SC2086
-    insmod "/modules/$m.ko" $args || echo "$m" >> "$STATE/insmod.failed"
-done < /modules/order
+if [ "$PHASE" = boot ]; then
+    : > "$STATE/insmod.failed"
+    while read -r m; do
+        args=""
+        [ "$m" = nbd ] && args="max_part=15"
+        # shellcheck disable=SC2086
+        insmod "/modules/$m.ko" $args || echo "$m" >> "$STATE/insmod.failed"
+    done < /modules/order
 
-# Neither soft lockups nor slow TCG I/O are what this test is about.
-echo 0 > /proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
+    # Neither soft lockups nor slow TCG I/O are what this test is about.
+    echo 0 > /proc/sys/kernel/hung_task_timeout_secs 2>/dev/null
+fi
 
 if [ "$SHELL_ONLY" = 1 ]; then
     log "shell: scratch disks /dev/vda (512-byte sectors) and /dev/vdb (4096), unformatted; plugin /pdio/pdio.so, fio jobs /pdio/fio"
@@ -749,6 +757,10 @@ scenario_frontend() {
 #   no-take-over          pdio restart refuses a device whose supervisor
 #                         is gone: "supervisor killed" fails (no new
 #                         supervisor, the killed server stays dead)
+#   no-umount-helper      mount.pdio does not mark its mounts helper=pdio,
+#                         so umount(8) does not wait for the cleanup: the
+#                         mount helper test and the systemd scenario's
+#                         shutdown-order test fail
 RC_IMG=/scratch/rc.img
 RC_SIZE=$((256 * 1024 * 1024))
 RC_TIMEOUT=8        # kernel request timeout: the pause at a restart
@@ -1128,9 +1140,17 @@ mt_helper() {
     write_files
     pdio list | tee "$STATE/mt.list"
     grep -q '^autoclear=1$' "/run/pdio/${dev#/dev/}.rec"
+    # umount(8) runs umount.pdio (helper=pdio in utab), which returns once
+    # the supervisor has cleaned up: no state, no connection, at once.
+    helper=$(grep -c "helper=pdio" /run/mount/utab || true)
     $UMOUNT "$MNT"
+    at_once=yes
+    fe_no_state || at_once=no
+    if [ -f "/sys/block/${dev#/dev/}/pid" ]; then echo "$dev still connected after umount"; at_once=no; fi
     mt_all_gone
-    detail "mount -t pdio mounted $dev (ext4 detected), 20 files written; after umount: no device, server, supervisor or state, fincore $(cat "$STATE/mt.pages") pages"
+    detail "mount -t pdio mounted $dev (ext4 detected, helper=pdio in utab: $helper), 20 files written; nothing left when umount returned: $at_once; then no server, supervisor, fincore $(cat "$STATE/mt.pages") pages"
+    [ "$helper" = 1 ]
+    [ "$at_once" = yes ]
 }
 
 mt_fstab() {
@@ -1197,6 +1217,311 @@ scenario_partitions() {
     step "partitions: a GPT image (sfdisk) shows nbdNp1 and nbdNp2, p2 mounts, detach removes both" pt_test
 }
 
+# --- fstab at boot under systemd -------------------------------------------------------
+# The fstab line "IMAGE DIR pdio defaults 0 0" booted as on a Debian
+# machine: systemd is PID 1, systemd-fstab-generator turns /etc/fstab into
+# mount units, udev (systemd-udevd, coldplugged by systemd-udev-trigger)
+# brings up the device units, systemd mounts the scratch disk on /scratch
+# (also from fstab: the image lives there) and then /mnt by running
+# mount(8), which runs mount.pdio; pdio's server and supervisor stay
+# behind in mnt.mount's cgroup.  The shell sets it all up and execs
+# systemd; the unit pdio-boot-check.service (this script again, with
+# PDIO_GUEST_PHASE=systemd) runs the checks, stops mnt.mount, checks that
+# nothing is left, finishes the run and powers off.  Broken variant:
+# run.sh --break no-autoclear (the checks after systemctl stop fail).
+SD_IMG=/scratch/sd.img
+SD_UNIT=mnt.mount
+SD_CHECK=/run/sd-check
+SD_WATCHDOG=240     # s for the check unit to start, and again to finish
+
+sd_setup() {
+    # The image: ext4 with 20 files of known checksums, made with mount -t
+    # pdio (the mount scenario's test) and never broken: --break is for
+    # the mount systemd makes.
+    unset PDIO_TEST_BREAK
+    rm -f "$SD_IMG" "$STATE/sd.ready" "$STATE/sd.started" "$STATE/sd.done"
+    truncate -s 128M "$SD_IMG"
+    mkfs.ext4 -F -q "$SD_IMG"
+    # mkfs wrote through the page cache; what pdio leaves there is the test.
+    sync
+    echo 3 > /proc/sys/vm/drop_caches
+    $MOUNT -t pdio "$SD_IMG" "$MNT"
+    FILES=20
+    write_files
+    $UMOUNT "$MNT"
+    MT_IMG=$SD_IMG
+    mt_all_gone
+    # systemd mounts the scratch disk itself, from fstab, as it would any
+    # filesystem an image lives on.
+    sync
+    umount /scratch
+    printf '/dev/vda  /scratch  ext4  defaults  0 0\n%s  %s  pdio  defaults  0 0\n' \
+        "$SD_IMG" "$MNT" > /etc/fstab
+    cat /etc/fstab
+    # Enough of /etc for systemd and udev: a machine id (not a first
+    # boot), the users and groups udev's rules name.
+    tr -d '-' < /proc/sys/kernel/random/uuid > /etc/machine-id
+    echo 'root:x:0:0:root:/root:/bin/sh' > /etc/passwd
+    printf '%s\n' root:x:0: tty:x:5: disk:x:6: kmem:x:15: dialout:x:20: \
+        fax:x:21: voice:x:22: cdrom:x:24: floppy:x:25: tape:x:26: audio:x:29: \
+        video:x:44: sgx:x:101: input:x:102: kvm:x:103: render:x:104: > /etc/group
+    # Debian's boot path: multi-user.target, udev enabled as its package
+    # enables it, and the check unit enabled as systemctl enable would.
+    # It Wants (not Requires) mnt.mount: it must run, and report, if the
+    # mount fails, and must not be stopped with it.
+    u=/etc/systemd/system
+    mkdir -p "$u/multi-user.target.wants" "$u/sysinit.target.wants" \
+        "$u/sockets.target.wants" /etc/systemd/system.conf.d
+    ln -sf /lib/systemd/system/multi-user.target "$u/default.target"
+    for f in systemd-udevd.service systemd-udev-trigger.service; do
+        ln -sf "/lib/systemd/system/$f" "$u/sysinit.target.wants/$f"
+    done
+    for f in systemd-udevd-control.socket systemd-udevd-kernel.socket; do
+        ln -sf "/lib/systemd/system/$f" "$u/sockets.target.wants/$f"
+    done
+    cat > "$u/pdio-boot-check.service" <<EOF
+[Unit]
+Description=pdio test: the fstab pdio mount systemd made at boot
+Wants=$SD_UNIT
+After=$SD_UNIT local-fs.target
+
+[Service]
+Type=oneshot
+Environment=PDIO_GUEST_PHASE=systemd
+ExecStart=/init
+StandardOutput=tty
+StandardError=tty
+TimeoutStartSec=infinity
+
+[Install]
+WantedBy=multi-user.target
+EOF
+    ln -sf ../pdio-boot-check.service "$u/multi-user.target.wants/pdio-boot-check.service"
+    # No journald here: what units print goes to the console.  run.sh
+    # --break reaches mount.pdio through the manager's environment.
+    {
+        echo "[Manager]"
+        echo "DefaultStandardOutput=tty"
+        echo "DefaultStandardError=tty"
+        if [ -n "$(sed -n "s/^PDIO_TEST_BREAK='\(.*\)'$/\1/p" /pdio/settings)" ]; then
+            echo "DefaultEnvironment=$(sed -n "s/^PDIO_TEST_BREAK='\(.*\)'$/PDIO_TEST_BREAK=\1/p" /pdio/settings)"
+        fi
+    } > /etc/systemd/system.conf.d/pdio-test.conf
+    cat /etc/systemd/system.conf.d/pdio-test.conf
+    version=$(/lib/systemd/systemd --version | head -n 1)
+    touch "$STATE/sd.ready"
+    detail "$SD_IMG: ext4, 20 files; fstab: /dev/vda on /scratch (ext4), '$SD_IMG $MNT pdio defaults 0 0'; exec $version"
+}
+
+# If the check unit does not report in time: say so, show what systemd is
+# waiting for, power off (the missing steps then fail on the host).
+sd_give_up() {
+    diag "systemd: $1"
+    log "$1"
+    systemctl --no-pager list-jobs
+    systemctl --no-pager --failed
+    systemctl --no-pager status "$SD_UNIT" scratch.mount pdio-boot-check.service
+    sync
+    poweroff -f
+    sleep 60
+}
+
+sd_watchdog() {
+    cd /
+    sleep "$SD_WATCHDOG"
+    [ -f "$STATE/sd.started" ] ||
+        sd_give_up "pdio-boot-check.service did not start within ${SD_WATCHDOG}s of systemd's start"
+    sleep "$SD_WATCHDOG"
+    [ -f "$STATE/sd.done" ] ||
+        sd_give_up "pdio-boot-check.service did not finish within $((2 * SD_WATCHDOG))s of systemd's start"
+}
+
+# Hand over to systemd: the counters for the check unit, a watchdog, exec.
+sd_boot() {
+    echo "n=$n pass=$pass fail=$fail s0=$s0 sd_t0=$(uptime_s)" > "$STATE/sd.resume"
+    sd_watchdog &
+    log "exec /lib/systemd/systemd as PID 1"
+    exec /lib/systemd/systemd --log-target=console --show-status=yes
+}
+
+sd_dev() { cat "$STATE/sd.dev"; }
+sd_rec() { d=$(sd_dev); echo "/run/pdio/${d#/dev/}.rec"; }
+sd_prop() { systemctl show -p "$1" --value "$2"; }
+
+# Mounted at boot by the generated unit, after the filesystem the image is
+# on (systemd orders it so by itself: nothing in the fstab line asks).
+sd_mounted() {
+    pid1=$(cat /proc/1/comm)
+    systemctl --no-pager status "$SD_UNIT" scratch.mount || true
+    cat "/run/systemd/generator/$SD_UNIT" || true
+    state=$(systemctl is-active "$SD_UNIT" || true)
+    src=$(sd_prop SourcePath "$SD_UNIT")
+    frag=$(sd_prop FragmentPath "$SD_UNIT")
+    after=$(sd_prop After "$SD_UNIT")
+    # Monotonic µs: /scratch was mounted before mounting /mnt began.
+    scratch_up=$(sd_prop ActiveEnterTimestampMonotonic scratch.mount)
+    mnt_start=$(sd_prop InactiveExitTimestampMonotonic "$SD_UNIT")
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1 || true)
+    fstype=$(grep " $MNT " /proc/mounts | cut -d' ' -f3 || true)
+    echo "$dev" > "$STATE/sd.dev"
+    devunit="dev-${dev#/dev/}.device"
+    devstate=$(systemctl is-active "$devunit" || true)
+    pdio list | tee "$STATE/sd.list"
+    detail "PID 1 is $pid1; $SD_UNIT $state, generated from $src ($frag); $dev ($fstype) on $MNT; scratch.mount up at ${scratch_up}us, $SD_UNIT started at ${mnt_start}us; $devunit $devstate"
+    [ "$pid1" = systemd ]
+    [ "$state" = active ]
+    [ "$src" = /etc/fstab ]
+    [ "$frag" = "/run/systemd/generator/$SD_UNIT" ]
+    case $dev in /dev/nbd[0-9]*) ;; *) echo "not an nbd device on $MNT: '$dev'"; return 1 ;; esac
+    case " $after " in *" scratch.mount "*) ;; *) echo "$SD_UNIT is not After=scratch.mount"; return 1 ;; esac
+    [ "$scratch_up" -gt 0 ]
+    [ "$scratch_up" -le "$mnt_start" ]
+    grep -q '^autoclear=1$' "$(sd_rec)"
+    grep -q "^$dev  *$SD_IMG " "$STATE/sd.list"
+}
+
+sd_files() {
+    mounted
+    FILES=20
+    verify_files
+    head -c 300001 /dev/urandom > "$MNT/written-under-systemd"
+    (cd "$MNT" && sha256sum written-under-systemd) > "$STATE/sd.new"
+    sync
+    detail "20 of 20 checksums match; wrote written-under-systemd (300001 bytes) and synced"
+}
+
+# mount(8) has exited; pdio's processes must not have gone with it.
+sd_alive() {
+    sleep 5
+    rec=$(sd_rec)
+    server=$(sed -n 's/^server_pid=//p' "$rec")
+    sup=$(sed -n 's/^supervisor_pid=//p' "$rec")
+    cg=$(sd_prop ControlGroup "$SD_UNIT")
+    cpid=$(sd_prop ControlPID "$SD_UNIT")
+    sub=$(sd_prop SubState "$SD_UNIT")
+    case $server in ''|0) echo "no server in $rec"; return 1 ;; esac
+    case $sup in ''|0) echo "no supervisor in $rec"; return 1 ;; esac
+    scg=$(sed -n 's/^0:://p' "/proc/$server/cgroup" 2>/dev/null || true)
+    pcg=$(sed -n 's/^0:://p' "/proc/$sup/cgroup" 2>/dev/null || true)
+    procs=$(tr '\n' ' ' < "/sys/fs/cgroup$cg/cgroup.procs" || true)
+    pdio list | tee "$STATE/sd.list"
+    detail "5 s on: server $server ($(cat "/proc/$server/comm" 2>/dev/null || echo gone)) and supervisor $sup ($(cat "/proc/$sup/comm" 2>/dev/null || echo gone)) in $scg, $pcg; $cg holds: $procs; mount(8) gone (ControlPID $cpid); $SD_UNIT $sub; pdio list: $(grep "^$(sd_dev) " "$STATE/sd.list" | awk '{print $NF}')"
+    [ "$cpid" = 0 ]
+    [ "$sub" = mounted ]
+    [ "$(cat "/proc/$server/comm")" = pdio ]
+    [ "$(cat "/proc/$sup/comm")" = pdio-supervise ]
+    [ "$scg" = "$cg" ]
+    [ "$pcg" = "$cg" ]
+    grep -q "^$(sd_dev)  *$SD_IMG .* ok$" "$STATE/sd.list"
+}
+
+# systemd's umount: the device disconnects (autoclear) and the supervisor
+# takes the server and the state with it.
+sd_stop() {
+    rec=$(sd_rec)
+    server=$(sed -n 's/^server_pid=//p' "$rec")
+    sup=$(sed -n 's/^supervisor_pid=//p' "$rec")
+    cg=$(sd_prop ControlGroup "$SD_UNIT")
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    systemctl stop "$SD_UNIT"
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    state=$(systemctl is-active "$SD_UNIT" || true)
+    result=$(sd_prop Result "$SD_UNIT")
+    still=""
+    if mounted; then still="still mounted"; fi
+    MT_IMG=$SD_IMG
+    gone=yes
+    mt_all_gone || gone=no
+    left=""
+    if [ -f "/sys/fs/cgroup$cg/cgroup.procs" ]; then
+        left=$(tr '\n' ' ' < "/sys/fs/cgroup$cg/cgroup.procs")
+    fi
+    detail "systemctl stop took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s: $SD_UNIT $state (result $result) ${still:-unmounted}; device, server $server, supervisor $sup, state all gone: $gone; left in $cg: ${left:-nothing}; fincore $(cat "$STATE/mt.pages" 2>/dev/null) pages"
+    [ -z "$still" ]
+    [ "$state" = inactive ]
+    [ "$result" = success ]
+    [ "$gone" = yes ]
+    [ -z "$left" ]
+    [ ! -d "/proc/$server" ]
+    [ ! -d "/proc/$sup" ]
+}
+
+# What was written under systemd is in the image: mounted again, read-only,
+# somewhere else; then nothing left again, and e2fsck (last: it reads the
+# image through the page cache) finds it clean.
+sd_written() {
+    mkdir -p "$SD_CHECK"
+    $MOUNT -t pdio -o ro "$SD_IMG" "$SD_CHECK"
+    grep " $SD_CHECK " /proc/mounts
+    (cd "$SD_CHECK" && sha256sum -c "$STATE/sd.new")
+    (cd "$SD_CHECK" && sha256sum -c "$STATE/sums" > "$STATE/check.out")
+    ok=$(grep -c ': OK$' "$STATE/check.out")
+    $UMOUNT "$SD_CHECK"
+    MT_IMG=$SD_IMG
+    mt_all_gone
+    e2fsck -fn "$SD_IMG"
+    detail "mount -t pdio -o ro on $SD_CHECK: written-under-systemd matches, $ok of 20 files too; nothing left after umount; e2fsck -fn clean"
+    [ "$ok" = 20 ]
+}
+
+# Shutdown's order: stopping the filesystem the image is on stops $SD_UNIT
+# first (systemd ordered it after), then unmounts /scratch, which must
+# not be busy: nothing of pdio may hold the image any more by then.
+sd_order() {
+    systemctl start "$SD_UNIT"
+    mounted
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    systemctl stop scratch.mount || true
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    m=$(systemctl is-active "$SD_UNIT" || true)
+    sc=$(systemctl is-active scratch.mount || true)
+    sr=$(sd_prop Result scratch.mount)
+    n=0
+    while [ -n "$(ls /run/pdio | grep '^nbd[0-9]' || true)" ] ||
+          [ -n "$(server_pids)" ] || [ -n "$(comm_pids pdio-supervise)" ]; do
+        n=$((n + 1)); [ $n -lt 150 ] || break
+        sleep 0.1
+    done
+    # /scratch back for the rest of the run.
+    if ! grep -q " /scratch " /proc/mounts; then systemctl start scratch.mount; fi
+    detail "systemctl start $SD_UNIT mounted $dev again; systemctl stop scratch.mount (as at shutdown) took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s: $SD_UNIT $m, scratch.mount $sc (result $sr)"
+    [ "$m" = inactive ]
+    [ "$sc" = inactive ]
+    [ "$sr" = success ]
+    fe_no_state
+    fe_no_server
+}
+
+sd_not_booted() { detail "not run: the setup failed, systemd was not started"; return 1; }
+
+sd_step() {
+    desc=$1; shift
+    if [ "${SD_SKIP:-0}" = 1 ]; then step "$desc" sd_not_booted; else step "$desc" "$@"; fi
+}
+
+sd_checks() {
+    sd_step "systemd: PID 1; the fstab line mounted at boot by the generated $SD_UNIT, after scratch.mount" sd_mounted
+    sd_step "systemd: the image's 20 checksums verified on $MNT; a new file written, synced" sd_files
+    sd_step "systemd: 5 s after mount(8) exited, server and supervisor alive in $SD_UNIT's cgroup, pdio list ok" sd_alive
+    sd_step "systemd: systemctl stop $SD_UNIT: unmounted; no device, server, supervisor, state or cgroup process left; fincore 0" sd_stop
+    sd_step "systemd: mounted again (mount -t pdio -o ro elsewhere): the new file is there; nothing left; e2fsck clean" sd_written
+    sd_step "systemd: systemctl start $SD_UNIT, then stop scratch.mount (shutdown's order): both unmount, nothing left" sd_order
+}
+
+scenario_systemd() {
+    step "systemd: image with 20 files on /scratch, fstab (scratch disk, pdio line), check unit; exec systemd" sd_setup
+    if [ "$DRY" = 1 ]; then
+        sd_checks
+    elif [ -f "$STATE/sd.ready" ]; then
+        sd_boot
+    else
+        SD_SKIP=1
+        sd_checks
+        SD_SKIP=0
+    fi
+}
+
 # --- the scratch disk -----------------------------------------------------------------
 
 scratch_setup() {
@@ -1232,6 +1557,11 @@ main() {
         esac
         diag "scenario $s: $(($(uptime_s) - s0))s"
     done
+    main_end
+}
+
+# (The systemd scenario's unit runs this after its own steps.)
+main_end() {
     FRONT=nbdkit
     # The figures together, for the issue's note.
     for s in $SCENARIOS; do
@@ -1240,7 +1570,27 @@ main() {
     step "guest: scratch filesystem unmounts and e2fsck -fn is clean" scratch_check
 }
 
+finish() {
+    echo "$pass passed, $fail failed" > "$RES"
+    log "$pass passed, $fail failed"
+    poweroff_now
+}
+
 export FIO_SIZE FIO_JOBS=4
+
+if [ "$PHASE" = systemd ]; then
+    # Under systemd, from pdio-boot-check.service: the rest of the run.
+    DRY=0
+    # shellcheck disable=SC1091 # n, pass, fail, s0, sd_t0 from sd_boot
+    . "$STATE/sd.resume"
+    touch "$STATE/sd.started"
+    sd_checks
+    # shellcheck disable=SC2154 # sd_t0 from sd.resume
+    diag "scenario systemd: $(($(uptime_s) - s0))s (systemd PID 1 from ${sd_t0}s of uptime)"
+    main_end
+    touch "$STATE/sd.done"
+    finish
+fi
 
 DRY=1
 main
@@ -1250,6 +1600,4 @@ DRY=0
 echo "1..$plan" > "$RES"
 log "plan: $plan steps; scenarios: $SCENARIOS"
 main
-echo "$pass passed, $fail failed" > "$RES"
-log "$pass passed, $fail failed"
-poweroff_now
+finish

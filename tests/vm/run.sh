@@ -16,7 +16,9 @@
 #                       align4096,sector4k,reference,frontend,recover,
 #                       nbdkit_recover,mount,partitions, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
-#                       pdio's own server) (default: all, in that order)
+#                       pdio's own server), and systemd (the guest execs
+#                       systemd as init, so it always runs last)
+#                       (default: all, in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -40,7 +42,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,recover,nbdkit_recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,recover,nbdkit_recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -78,9 +80,16 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend|recover|nbdkit_recover|mount|partitions) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
+    systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
 done
+# The systemd scenario ends with systemd as the guest's init: nothing can
+# run after it, so it goes last.
+case ",$scenarios," in
+*,systemd,*)
+    scenarios=$(echo "$scenarios" | tr ',' '\n' | grep -vx systemd | tr '\n' ',')systemd ;;
+esac
 
 # Anything that stops the harness before the guest has reported is a test
 # failure in TAP form, never a skip: the scenario is not optional.
@@ -105,8 +114,12 @@ pdio=$(cd "$(dirname "$pdio")" && pwd)/$(basename "$pdio")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim sfdisk timeout; do
+        fincore fstrim sfdisk timeout systemctl udevadm; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
+done
+for f in /lib/systemd/systemd /lib/systemd/systemd-udevd /lib/systemd/system-generators/systemd-fstab-generator \
+        /lib/udev/rules.d/99-systemd.rules /lib/udev/rules.d/60-persistent-storage.rules; do
+    [ -e "$f" ] || bail "missing on the host: $f (run scripts/bootstrap deps: systemd, udev)"
 done
 busybox_bin=$(command -v busybox)
 # The guest has no dynamic busybox libraries: it must be busybox-static.
@@ -178,12 +191,23 @@ fetch_kernel() {
 
 # Programs the guest runs, from this machine (busybox covers the rest).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
-  xfs_io fincore fstrim blockdev mount umount sfdisk"
+  xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs"
+# The systemd scenario boots systemd as init, as Debian does, with udev:
+# the manager, systemctl, the fstab generator, udevd (udevadm under its
+# other name) and the host's udev rules, and the unit files of the boot
+# path it needs (everything else is left out: no getty, no journald).
+SYSTEMD_FILES="/lib/systemd/systemd /lib/systemd/systemd-udevd
+  /lib/systemd/system-generators/systemd-fstab-generator /usr/lib/os-release"
+SYSTEMD_UNITS="multi-user.target basic.target sysinit.target sockets.target
+  local-fs.target local-fs-pre.target slices.target timers.target
+  paths.target swap.target umount.target shutdown.target
+  systemd-udevd.service systemd-udev-trigger.service
+  systemd-udevd-control.socket systemd-udevd-kernel.socket"
 # Bump when the layout of the base archive changes.
-BASE_FORMAT=1
+BASE_FORMAT=2
 
 nbdkit_plugindir=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')
 
@@ -204,6 +228,16 @@ base_files() {
     echo "$plugin" >> "$libs"
     # The same for pdio(1) (libnbd).
     echo "$pdio" >> "$libs"
+    for f in $SYSTEMD_FILES; do
+        echo "$f $f"
+        case $f in *.so|*/systemd|*/systemd-*) echo "$f" >> "$libs" ;; esac
+    done
+    for u in $SYSTEMD_UNITS; do
+        echo "/lib/systemd/system/$u /lib/systemd/system/$u"
+    done
+    for r in /lib/udev/rules.d/*.rules; do
+        echo "$r $r"
+    done
     for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /etc/mke2fs.conf; do
         if [ -e "$f" ]; then echo "$f $f"; fi
     done
@@ -368,9 +402,11 @@ chmod 755 "$ov/init"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin"
 cp "$pdio" "$ov/usr/bin/pdio"
-# mount(8) finds the helper in /sbin (/usr/sbin here, merged /usr).
+# mount(8) and umount(8) find the helpers in /sbin (/usr/sbin here,
+# merged /usr).
 mkdir -p "$ov/usr/sbin"
 ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
+ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
