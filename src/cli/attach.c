@@ -346,7 +346,8 @@ default_connections (void)
 }
 
 /* Connects the device over netlink; partitions show; autoclear is armed
- * last (arming it first, the partition scan's close would detach).
+ * last (arming it first, the partition scan's close would detach, and so
+ * would udev's probe of the new device: it is waited for).
  */
 static bool
 connect_device (const struct attach_opts *o, struct attach *a)
@@ -367,6 +368,8 @@ connect_device (const struct attach_opts *o, struct attach *a)
     errorf (CMD ": injected failure after connecting %s", a->rec.device);
     return false;
   }
+  if (o->autoclear && !test_break ("no-udev-settle"))
+    device_settle ();
   if (o->autoclear && !device_autoclear (a->rec.device, why, sizeof why)) {
     errorf (CMD ": %s: cannot arm autoclear: %s", a->rec.device, why);
     return false;

@@ -76,6 +76,22 @@ device_scan_partitions (const char *device)
   }
 }
 
+/* udev probes a device it sees change (blkid opens and closes it), a
+ * little after the change; with autoclear armed, that close would be the
+ * last one and detach it.  So wait for udev to be done, if it runs here.
+ */
+void
+device_settle (void)
+{
+  char udevadm[PATH_MAX];
+  char *argv[] = { udevadm, (char *) "settle", (char *) "--timeout=10",
+                   NULL };
+
+  if (access ("/run/udev/control", F_OK) == 0 &&
+      find_program (NULL, "udevadm", udevadm, sizeof udevadm))
+    run_quiet (argv);
+}
+
 void
 device_drop_partitions (const char *device)
 {

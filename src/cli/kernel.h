@@ -81,6 +81,8 @@ extern bool device_connect (const struct record *r, char *why, size_t len);
 /* Fresh connections for a live device (after a restart, or a dead link). */
 extern bool device_reconnect (const struct record *r, char *why, size_t len);
 extern void device_scan_partitions (const char *device);
+/* Waits for udev's probes of the devices it saw change, if udev runs. */
+extern void device_settle (void);
 /* After a disconnect: nbdNp1... go away. */
 extern void device_drop_partitions (const char *device);
 /* The device disconnects when its last opener closes it. */
@@ -126,8 +128,9 @@ extern void describe_status (int status, char *buf, size_t len);
 
 /* Tests only: PDIO_TEST_BREAK is a comma-separated list of deliberate
  * breakages (no-restart, no-give-up, server-exits-with-supervisor,
- * no-autoclear, no-partscan, no-take-over) with which the guest tests are run to show
- * that each fails without the feature it tests.
+ * no-autoclear, no-partscan, no-take-over, no-udev-settle,
+ * no-umount-helper) with which the guest tests are run to show that each
+ * fails without the feature it tests.
  */
 extern bool test_break (const char *what);
 

@@ -757,6 +757,9 @@ scenario_frontend() {
 #   no-take-over          pdio restart refuses a device whose supervisor
 #                         is gone: "supervisor killed" fails (no new
 #                         supervisor, the killed server stays dead)
+#   no-udev-settle        pdio attach --autoclear arms autoclear without
+#                         waiting for udev's probe: the systemd scenario's
+#                         autoclear test fails (the probe detaches it)
 #   no-umount-helper      mount.pdio does not mark its mounts helper=pdio,
 #                         so umount(8) does not wait for the cleanup: the
 #                         mount helper test and the systemd scenario's
@@ -1493,6 +1496,37 @@ sd_order() {
     fe_no_server
 }
 
+# pdio attach --autoclear where udev runs: udev probes the new device
+# (blkid opens and closes it) a little after it is connected; attach waits
+# for that (udevadm settle) before arming autoclear, or the probe's close
+# would be the last one and detach it before anyone mounts it.
+sd_autoclear_udev() {
+    [ -S /run/udev/control ]
+    grep -q " /scratch " /proc/mounts
+    d=$(pdio attach --autoclear "$SD_IMG")
+    i=${d#/dev/nbd}
+    # Give a late probe its chance to close the device.
+    sleep 2
+    udevadm settle
+    connected=no
+    if fe_connected "$i"; then connected=yes; fi
+    fs=$(udevadm info --query=property "$d" | sed -n 's/^ID_FS_TYPE=//p')
+    used="not mounted"
+    if [ "$connected" = yes ]; then
+        $MOUNT -t ext4 -o ro "$d" "$MNT"
+        (cd "$MNT" && sha256sum -c "$STATE/sd.new")
+        $UMOUNT "$MNT"
+        used="mounted, written-under-systemd checked, unmounted"
+    fi
+    MT_IMG=$SD_IMG
+    gone=yes
+    mt_all_gone || gone=no
+    detail "pdio attach --autoclear: $d; udev probed it (ID_FS_TYPE=${fs:-none}); still connected 2 s later and after udevadm settle: $connected; $used; then device, server, supervisor and state gone: $gone"
+    [ "$fs" = ext4 ]
+    [ "$connected" = yes ]
+    [ "$gone" = yes ]
+}
+
 sd_not_booted() { detail "not run: the setup failed, systemd was not started"; return 1; }
 
 sd_step() {
@@ -1507,6 +1541,7 @@ sd_checks() {
     sd_step "systemd: systemctl stop $SD_UNIT: unmounted; no device, server, supervisor, state or cgroup process left; fincore 0" sd_stop
     sd_step "systemd: mounted again (mount -t pdio -o ro elsewhere): the new file is there; nothing left; e2fsck clean" sd_written
     sd_step "systemd: systemctl start $SD_UNIT, then stop scratch.mount (shutdown's order): both unmount, nothing left" sd_order
+    sd_step "systemd: with udev running, pdio attach --autoclear outlives udev's probe; mount, umount: then nothing left" sd_autoclear_udev
 }
 
 scenario_systemd() {
