@@ -1347,6 +1347,15 @@ class Checker:
     def info(self, name, text):
         self.emit("INFO", name, text, counted=False)
 
+    def pdio_ratio(self, j, ref):
+        """The pdio row over the better qemu-nbd (ref "qemu") or over raw,
+        per repetition: what "no regression" compares."""
+        if ref == "qemu":
+            return self.per_rep(lambda r: self.val(r, "pdio", j) /
+                                self.best_qemu(r, j))
+        return self.per_rep(lambda r: self.val(r, "pdio", j) /
+                            self.val(r, "raw", j))
+
     def per_rep(self, fn):
         out = []
         for rep in self.reps:
@@ -1627,12 +1636,7 @@ def check_regression(c):
                    "not in the published baseline")
             continue
         bm = statistics.median(b)
-        if ref == "qemu":
-            vals = c.per_rep(lambda r: c.val(r, "pdio", j) /
-                             c.best_qemu(r, j))
-        else:
-            vals = c.per_rep(lambda r: c.val(r, "pdio", j) /
-                             c.val(r, "raw", j))
+        vals = c.pdio_ratio(j, ref)
         c.verdict("no regression: " + name, vals,
                   REGRESSION_TOLERANCE * bm,
                   note="; published %.2fx [%s]" % (
@@ -1671,12 +1675,7 @@ def load_baseline(path):
         c = Checker(doc)
         ratios = {}
         for name, j, ref in REGRESSION:
-            if ref == "qemu":
-                v = c.per_rep(lambda r: c.val(r, "pdio", j) /
-                              c.best_qemu(r, j))
-            else:
-                v = c.per_rep(lambda r: c.val(r, "pdio", j) /
-                              c.val(r, "raw", j))
+            v = c.pdio_ratio(j, ref)
             if v:
                 ratios[name] = v
         rss = [r["rss_peak_kib"] / 1024 for r in doc["results"]

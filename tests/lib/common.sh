@@ -102,6 +102,22 @@ fail ()
     exit 1
 }
 
+# valgrind_logs_empty DIR: fails, showing it, on any non-empty valgrind.*
+# log in DIR (valgrind --log-file=DIR/valgrind.%p); sets vg_logs to how
+# many logs there were, for the caller's own count check.
+valgrind_logs_empty ()
+{
+    vg_logs=0
+    for f in "$1"/valgrind.*; do
+        [ -e "$f" ] || continue
+        vg_logs=$((vg_logs + 1))
+        if [ -s "$f" ]; then
+            cat "$f"
+            fail "valgrind reported errors ($f)"
+        fi
+    done
+}
+
 hard_error ()
 {
     echo "ERROR: $*" >&2

@@ -36,14 +36,6 @@ shadow_args="-n 800 -c 2 -q 4 -m 262144"
 shadow_run valgrind-psync "$img" backend=psync
 log_has "$tmp/valgrind-psync.log" "backend psync"
 
-n=0
-for f in "$tmp"/valgrind.*; do
-    [ -e "$f" ] || continue
-    n=$((n + 1))
-    if [ -s "$f" ]; then
-        cat "$f"
-        fail "valgrind reported errors ($f)"
-    fi
-done
-[ $n -ge 1 ] || fail "valgrind wrote no log: did nbdkit run under it?"
-echo "valgrind memcheck: no errors, no definite leaks ($n process log(s), all empty)"
+valgrind_logs_empty "$tmp"
+[ $vg_logs -ge 1 ] || fail "valgrind wrote no log: did nbdkit run under it?"
+echo "valgrind memcheck: no errors, no definite leaks ($vg_logs process log(s), all empty)"

@@ -82,14 +82,6 @@ st=0
 wait "$server_pid" || st=$?
 [ $st = 0 ] || { cat "$tmp/vg-sigterm.log"; fail "pdio serve exited $st after SIGTERM with writes in flight"; }
 
-n=0
-for f in "$tmp"/valgrind.*; do
-    [ -e "$f" ] || continue
-    n=$((n + 1))
-    if [ -s "$f" ]; then
-        cat "$f"
-        fail "valgrind reported errors ($f)"
-    fi
-done
-[ $n -eq 4 ] || fail "valgrind wrote $n logs, not 4: did every server run under it?"
-echo "valgrind memcheck over pdio serve: no errors, no definite leaks ($n process logs, all empty; every server exited 0)"
+valgrind_logs_empty "$tmp"
+[ $vg_logs -eq 4 ] || fail "valgrind wrote $vg_logs logs, not 4: did every server run under it?"
+echo "valgrind memcheck over pdio serve: no errors, no definite leaks ($vg_logs process logs, all empty; every server exited 0)"
