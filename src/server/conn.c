@@ -135,20 +135,6 @@ thr (const struct conn *c)
   return c->w->t;
 }
 
-/* What pdio_buf_get (len) takes from the pool: a power-of-two number of
- * 4 KiB pages (engine.h).  Connections account for this, so their bound
- * is in real pool memory.
- */
-static size_t
-pool_cost (size_t len)
-{
-  size_t pages = (len + 4095) / 4096, p = 1;
-
-  while (p < pages)
-    p <<= 1;
-  return p * 4096;
-}
-
 /* An SQE, or NULL with the connection hung up (the ring cannot submit:
  * nothing else would work either).
  */
@@ -246,7 +232,7 @@ release_buf (struct req *q)
 
   if (q->buf) {
     pdio_buf_put (thr (c), q->buf, q->buf_len);
-    c->pool_held -= pool_cost (q->buf_len);
+    c->pool_held -= pdio_buf_cost (q->buf_len);
     q->buf = NULL;
     q->payload = NULL;
   }
@@ -725,7 +711,7 @@ start_request (struct conn *c)
       need = BLOCK_STATUS_BUF;
   }
   if (need) {
-    if (c->pool_held && c->pool_held + pool_cost (need) > CONN_MAX_POOL_BYTES) {
+    if (c->pool_held && c->pool_held + pdio_buf_cost (need) > CONN_MAX_POOL_BYTES) {
       stall (c);
       return;
     }
@@ -745,7 +731,7 @@ start_request (struct conn *c)
   q->nbd = *r;
   q->buf = buf;
   q->buf_len = need;
-  c->pool_held += need ? pool_cost (need) : 0;
+  c->pool_held += need ? pdio_buf_cost (need) : 0;
   c->rx = RX_HEADER;
 
   if (v.error) {

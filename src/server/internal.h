@@ -16,9 +16,6 @@
 #include "proto.h"
 #include "server.h"
 
-#define container_of(ptr, type, member) \
-  ((type *) ((char *) (ptr) - offsetof (type, member)))
-
 /* A connection may hold at most this many requests between reading their
  * header and finishing their reply, and at most this much of its
  * worker's pool (one request of the maximum size always fits): beyond
