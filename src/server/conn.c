@@ -1,29 +1,45 @@
-/* One client connection: the handshake, then transmission.  Everything
- * runs on the worker's thread, driven by completions on its ring: at most
- * one receive and one send are queued per connection at a time (a stream
- * socket's bytes must go out in order), engine requests as many as the
- * client sends, up to CONN_MAX_REQUESTS.
+/* One client connection, driven by completions on its worker's ring:
+ * everything runs on the worker's thread and nothing waits.  Its life is
+ * one phase (enum conn_phase):
+ *
+ *   CONN_HANDSHAKE     the negotiation (handshake.c) says what to receive
+ *                      and send next; it ends in TRANSMISSION, or DEAD.
+ *   CONN_TRANSMISSION  requests are read and answered.  NBD_CMD_DISC or a
+ *                      server stop leads to DRAINING; a hang-up, a bad
+ *                      request header, a failed send or the watchdog to
+ *                      DEAD.
+ *   CONN_DRAINING      the soft end: no request is read any more; once
+ *                      every request read has its reply sent, DEAD.
+ *   CONN_DEAD          the hard end: the socket is shut down, the receive
+ *                      cancelled, unsent replies dropped; the connection
+ *                      is freed once nothing of it is in flight.
+ *
+ * In flight, whatever the phase: at most one receive and one send on the
+ * ring (a stream socket's bytes must stay in order), the receive's
+ * cancel, and the requests started (engine requests cannot be cancelled:
+ * their completions find the connection dead and just free their memory).
+ * In transmission, rx says what the next receive is for, and tx where the
+ * replies are: none, queued until the end of this round of completions,
+ * or being sent.
  *
  * A request's life: its 28-byte header is received into the connection;
- * it is checked (proto.c); a READ or WRITE gets pool memory of its length
- * (pdio_buf_get: page-aligned, so the engine does direct I/O on it), a
- * WRITE's payload is received straight into that memory and handed to the
- * engine as is; the engine's completion queues the reply, and once the
- * round of completions is dispatched, a READ's reply goes out as its
- * header and data in one sendmsg, batched with every other queued reply.  The memory goes back to the pool
- * when the engine is done (WRITE) or the reply is sent (READ).  Replies go
- * out in completion order, not request order.
+ * it is checked (nbd_check_request); a READ or WRITE gets pool memory of
+ * its length (pdio_buf_get: page-aligned, so the engine does direct I/O
+ * on it), a WRITE's payload is received straight into that memory and
+ * handed to the engine as is; the engine's completion queues the reply,
+ * and once the round of completions is dispatched, a READ's reply goes
+ * out as its header and data in one sendmsg, batched with every other
+ * queued reply.  The memory goes back to the pool when the engine is done
+ * (WRITE) or the reply is sent (READ).  Replies go out in completion
+ * order, not request order.
  *
  * Backpressure: when the pool says no, or the connection holds
  * CONN_MAX_REQUESTS requests or CONN_MAX_POOL_BYTES of memory, it stops
- * receiving (it is "stalled") and the worker retries it after its next
- * round of completions.
+ * receiving (RX_STALLED, on its worker's stalled list) and the worker
+ * retries it after its next round of completions.
  *
- * Ending: conn_abort() hangs up (shutdown, cancel the receive) and frees
- * the connection once nothing of it is in flight: no receive, no send, no
- * engine request (those cannot be cancelled; their completions find the
- * connection dead and just free their memory).  A soft end (NBD_CMD_DISC,
- * server stop) first stops receiving and lets every reply go out.
+ * The worker's lists of connections (struct conn_lists) are this file's:
+ * the worker only calls conn_list_*.
  */
 #include <config.h>
 
@@ -31,6 +47,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -55,7 +72,7 @@
 struct req {
   struct pdio_req er;           /* the engine's request */
   struct conn *c;
-  struct req *next;             /* send queue, or free list */
+  STAILQ_ENTRY (req) link;      /* the reply queue, or the free list */
   struct nbd_request nbd;
   void *buf;                    /* pool memory, or NULL */
   size_t buf_len;
@@ -65,34 +82,52 @@ struct req {
   const void *payload;          /* what follows hdr on the wire */
   size_t payload_len;
 };
+STAILQ_HEAD (req_queue, req);
 
-enum rx_state {
-  RX_HEADER,                    /* receiving a request header */
-  RX_PAYLOAD,                   /* receiving a WRITE's data into rx_req */
-  RX_DISCARD,                   /* dropping a refused WRITE's data */
-  RX_STALLED,                   /* a header waits for memory or a slot */
-  RX_STOPPED,                   /* no more requests will be read */
+enum conn_phase {
+  CONN_HANDSHAKE,
+  CONN_TRANSMISSION,
+  CONN_DRAINING,
+  CONN_DEAD,
+};
+
+/* What the next receive of the transmission phase is for. */
+enum rx_step {
+  RX_HEADER,                    /* a request header */
+  RX_PAYLOAD,                   /* a WRITE's data, into rx_req */
+  RX_DISCARD,                   /* a refused WRITE's data, dropped */
+  RX_STALLED,                   /* none yet: the header in pending waits
+                                   for memory or a slot, on the worker's
+                                   stalled list */
+};
+
+/* Where the replies are. */
+enum tx_state {
+  TX_IDLE,                      /* none queued */
+  TX_QUEUED,                    /* queued, on the worker's to_send list
+                                   until this round of completions ends */
+  TX_SENDING,                   /* a send is on the ring */
 };
 
 struct conn {
   struct worker *w;
   int fd;
-  struct conn *prev, *next;     /* the worker's connections */
-  struct conn *stall_next;
-  bool on_stall_list;
-  struct conn *send_next;       /* the worker's list of replies to send */
-  bool on_send_list;
+  enum conn_phase phase;
+  LIST_ENTRY (conn) link;            /* w->conns.all */
+  TAILQ_ENTRY (conn) stall_link;     /* w->conns.stalled: rx is RX_STALLED */
+  TAILQ_ENTRY (conn) send_link;      /* w->conns.to_send: tx is TX_QUEUED */
 
-  struct nbd_handshake *hs;     /* during the handshake only */
+  struct nbd_handshake *hs;     /* CONN_HANDSHAKE only */
   size_t hs_sent;
   struct nbd_session s;
 
   time_t started, rx_progress, tx_progress;
 
   /* Receiving. */
-  enum rx_state rx;
-  bool rx_pending;
-  struct pdio_completion rx_c;
+  bool rx_pending;              /* a receive is on the ring */
+  bool cancel_pending;          /* and a cancel of it */
+  struct pdio_completion rx_c, cancel_c;
+  enum rx_step rx;
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
@@ -104,23 +139,18 @@ struct conn {
   int rx_iovcnt;
 
   /* Sending. */
-  struct req *tx_head, *tx_tail;
-  size_t tx_off;                /* bytes of tx_head already sent */
-  bool tx_pending;
+  enum tx_state tx;
+  struct req_queue replies;     /* in the order they go out */
+  size_t tx_off;                /* bytes of the first reply already sent */
   struct pdio_completion tx_c;
   struct msghdr msg;
   struct iovec iov[CONN_IOV];
 
   /* Requests and memory. */
-  struct req *free_reqs;
+  struct req_queue free_reqs;
   unsigned n_reqs;              /* requests between header and freeing */
   unsigned engine_inflight;
-  size_t pool_held;
-
-  bool cancel_pending;
-  struct pdio_completion cancel_c;
-  bool draining;                /* soft end: answer what is in, then close */
-  bool dead;                    /* hard end: free once nothing is in flight */
+  size_t pool_held;             /* pdio_buf_cost of their memory */
 };
 
 static void hs_step (struct conn *c);
@@ -205,7 +235,7 @@ submit_send (struct conn *c, size_t iovcnt)
   c->msg = (struct msghdr) { .msg_iov = c->iov, .msg_iovlen = iovcnt };
   io_uring_prep_sendmsg (sqe, c->fd, &c->msg, MSG_NOSIGNAL);
   io_uring_sqe_set_data (sqe, &c->tx_c);
-  c->tx_pending = true;
+  c->tx = TX_SENDING;
   return true;
 }
 
@@ -213,10 +243,10 @@ submit_send (struct conn *c, size_t iovcnt)
 static struct req *
 req_new (struct conn *c)
 {
-  struct req *q = c->free_reqs;
+  struct req *q = STAILQ_FIRST (&c->free_reqs);
 
   if (q)
-    c->free_reqs = q->next;
+    STAILQ_REMOVE_HEAD (&c->free_reqs, link);
   else if ((q = malloc (sizeof *q)) == NULL)
     return NULL;
   memset (q, 0, sizeof *q);
@@ -245,72 +275,44 @@ req_free (struct req *q)
 
   release_buf (q);
   c->n_reqs--;
-  q->next = c->free_reqs;
-  c->free_reqs = q;
+  STAILQ_INSERT_HEAD (&c->free_reqs, q, link);
 }
 
-/* --- freeing ------------------------------------------------------------------ */
-static void
-unlink_stalled (struct conn *c)
+/* --- the end ------------------------------------------------------------------- */
+static bool
+in_flight (const struct conn *c)
 {
-  struct conn **p = &c->w->stalled;
-
-  if (!c->on_stall_list)
-    return;
-  while (*p && *p != c)
-    p = &(*p)->stall_next;
-  if (*p)
-    *p = c->stall_next;
-  c->on_stall_list = false;
-}
-
-static void
-unlink_send (struct conn *c)
-{
-  struct conn **p = &c->w->to_send;
-
-  if (!c->on_send_list)
-    return;
-  while (*p && *p != c)
-    p = &(*p)->send_next;
-  if (*p)
-    *p = c->send_next;
-  c->on_send_list = false;
+  return c->rx_pending || c->cancel_pending || c->tx == TX_SENDING ||
+         c->engine_inflight;
 }
 
 /* Drops the replies not being sent right now. */
 static void
 drop_queue (struct conn *c)
 {
-  while (c->tx_head && !c->tx_pending) {
-    struct req *q = c->tx_head;
+  struct req *q;
 
-    c->tx_head = q->next;
+  if (c->tx == TX_SENDING)
+    return;
+  while ((q = STAILQ_FIRST (&c->replies)) != NULL) {
+    STAILQ_REMOVE_HEAD (&c->replies, link);
     req_free (q);
   }
-  if (c->tx_head == NULL)
-    c->tx_tail = NULL;
 }
 
 static void
-maybe_free (struct conn *c)
+conn_free (struct conn *c)
 {
   struct worker *w = c->w;
+  struct req *q;
 
-  if (!c->dead || c->rx_pending || c->tx_pending || c->cancel_pending ||
-      c->engine_inflight)
-    return;
   drop_queue (c);
   if (c->rx_req)
     req_free (c->rx_req);
-  while (c->free_reqs) {
-    struct req *q = c->free_reqs;
-
-    c->free_reqs = q->next;
+  while ((q = STAILQ_FIRST (&c->free_reqs)) != NULL) {
+    STAILQ_REMOVE_HEAD (&c->free_reqs, link);
     free (q);
   }
-  unlink_stalled (c);
-  unlink_send (c);
   if (w->ctx->log.debug) {
     /* As the plugin does at each close: the tests read these. */
     struct pdio_stats st;
@@ -321,15 +323,33 @@ maybe_free (struct conn *c)
     worker_log (w, LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
   }
   close (c->fd);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    w->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  w->n_conns--;
+  LIST_REMOVE (c, link);
+  w->conns.n--;
   free (c->hs);
   free (c);
+}
+
+/* Called whenever something of c completed or its phase changed: a
+ * draining connection closes once every reply is sent, a dead one is
+ * freed once nothing of it is in flight.  The caller must not touch c
+ * afterwards.
+ */
+static void
+maybe_end (struct conn *c)
+{
+  switch (c->phase) {
+  case CONN_DRAINING:
+    if (!in_flight (c) && STAILQ_EMPTY (&c->replies))
+      conn_abort (c, "all replies sent");
+    return;
+  case CONN_DEAD:
+    if (!in_flight (c))
+      conn_free (c);
+    return;
+  case CONN_HANDSHAKE:
+  case CONN_TRANSMISSION:
+    return;
+  }
 }
 
 static void
@@ -340,7 +360,7 @@ on_cancel (struct pdio_completion *pc, int res, uint32_t flags)
   (void) res;                   /* 0, -ENOENT, -EALREADY: all fine */
   (void) flags;
   c->cancel_pending = false;
-  maybe_free (c);
+  maybe_end (c);
 }
 
 static void
@@ -355,47 +375,60 @@ cancel_recv (struct conn *c)
   c->cancel_pending = true;
 }
 
-/* Hangs up.  The caller must not touch c afterwards: it may be freed. */
+/* Leaves RX_STALLED, and so the worker's stalled list. */
+static void
+unstall (struct conn *c)
+{
+  if (c->rx == RX_STALLED) {
+    TAILQ_REMOVE (&c->w->conns.stalled, c, stall_link);
+    c->rx = RX_HEADER;
+  }
+}
+
+/* Hangs up: CONN_DEAD.  The caller must not touch c afterwards. */
 static void
 conn_abort (struct conn *c, const char *why)
 {
-  if (c->dead)
+  if (c->phase == CONN_DEAD)
     return;
   worker_log (c->w, LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
-  c->dead = true;
+  unstall (c);
+  if (c->tx == TX_QUEUED) {
+    TAILQ_REMOVE (&c->w->conns.to_send, c, send_link);
+    c->tx = TX_IDLE;
+  }
+  c->phase = CONN_DEAD;
   /* Wakes a pending receive or send at once, on unix and TCP sockets. */
   shutdown (c->fd, SHUT_RDWR);
   cancel_recv (c);
   drop_queue (c);
-  maybe_free (c);
+  maybe_end (c);
 }
 
-/* A soft end is complete once every request got its reply. */
+/* The soft end (NBD_CMD_DISC, a server stop): CONN_DRAINING.  The caller
+ * must not touch c afterwards.
+ */
 static void
-maybe_close (struct conn *c)
+drain (struct conn *c)
 {
-  if (c->draining && !c->dead && !c->rx_pending && c->engine_inflight == 0 &&
-      c->tx_head == NULL && !c->tx_pending && c->rx_req == NULL)
-    conn_abort (c, "all replies sent");
+  unstall (c);
+  c->phase = CONN_DRAINING;
+  /* What it brings is not served (on_recv). */
+  cancel_recv (c);
+  maybe_end (c);
 }
 
 /* --- sending ------------------------------------------------------------------ */
 static void
 queue_reply (struct conn *c, struct req *q)
 {
-  q->next = NULL;
-  if (c->tx_tail)
-    c->tx_tail->next = q;
-  else
-    c->tx_head = q;
-  c->tx_tail = q;
-  /* Sent when this round of completions is dispatched (conn_send), so
-   * the replies of requests that finish together share one sendmsg.
+  STAILQ_INSERT_TAIL (&c->replies, q, link);
+  /* Sent when this round of completions is dispatched (conn_list_send_all),
+   * so the replies of requests that finish together share one sendmsg.
    */
-  if (!c->on_send_list && !c->tx_pending) {
-    c->send_next = c->w->to_send;
-    c->w->to_send = c;
-    c->on_send_list = true;
+  if (c->tx == TX_IDLE) {
+    c->tx = TX_QUEUED;
+    TAILQ_INSERT_TAIL (&c->w->conns.to_send, c, send_link);
   }
 }
 
@@ -429,14 +462,19 @@ reply (struct conn *c, struct req *q)
   queue_reply (c, q);
 }
 
+/* Sends what of the queued replies fits one sendmsg.  The caller must not
+ * touch c afterwards (a failure hangs up).
+ */
 static void
 tx_kick (struct conn *c)
 {
   size_t n = 0, skip = c->tx_off;
+  struct req *q;
 
-  if (c->tx_pending || c->tx_head == NULL || c->dead)
+  if (c->tx == TX_SENDING || STAILQ_EMPTY (&c->replies))
     return;
-  for (struct req *q = c->tx_head; q && n + 2 <= CONN_IOV; q = q->next) {
+  for (q = STAILQ_FIRST (&c->replies); q && n + 2 <= CONN_IOV;
+       q = STAILQ_NEXT (q, link)) {
     const struct { const void *p; size_t len; } seg[2] = {
       { q->hdr, q->hdr_len }, { q->payload, q->payload_len },
     };
@@ -460,8 +498,9 @@ tx_kick (struct conn *c)
 static void
 sent_transmission (struct conn *c, size_t bytes)
 {
-  while (bytes && c->tx_head) {
-    struct req *q = c->tx_head;
+  struct req *q;
+
+  while (bytes && (q = STAILQ_FIRST (&c->replies)) != NULL) {
     size_t left = q->hdr_len + q->payload_len - c->tx_off;
 
     if (bytes < left) {
@@ -470,9 +509,7 @@ sent_transmission (struct conn *c, size_t bytes)
     }
     bytes -= left;
     c->tx_off = 0;
-    c->tx_head = q->next;
-    if (c->tx_head == NULL)
-      c->tx_tail = NULL;
+    STAILQ_REMOVE_HEAD (&c->replies, link);
     req_free (q);
   }
 }
@@ -483,9 +520,9 @@ on_send (struct pdio_completion *pc, int res, uint32_t flags)
   struct conn *c = container_of (pc, struct conn, tx_c);
 
   (void) flags;
-  c->tx_pending = false;
-  if (c->dead) {
-    maybe_free (c);
+  c->tx = TX_IDLE;
+  if (c->phase == CONN_DEAD) {
+    maybe_end (c);
     return;
   }
   if (res <= 0) {
@@ -493,14 +530,16 @@ on_send (struct pdio_completion *pc, int res, uint32_t flags)
     return;
   }
   c->tx_progress = c->w->now;
-  if (c->hs) {
+  if (c->phase == CONN_HANDSHAKE) {
     c->hs_sent += res;
     hs_step (c);
     return;
   }
   sent_transmission (c, res);
-  tx_kick (c);
-  maybe_close (c);
+  if (STAILQ_EMPTY (&c->replies))
+    maybe_end (c);
+  else
+    tx_kick (c);
 }
 
 /* --- the handshake ----------------------------------------------------------- */
@@ -534,24 +573,29 @@ hs_step (struct conn *c)
     c->s = c->hs->session;
     free (c->hs);
     c->hs = NULL;
-    c->rx = c->w->stopping ? RX_STOPPED : RX_HEADER;
-    c->draining = c->w->stopping;
+    c->phase = CONN_TRANSMISSION;
+    c->rx = RX_HEADER;
     worker_log (c->w, LOG_DEBUG, "connection %d: transmission (flags 0x%x%s%s)",
                 c->fd, c->s.eflags, c->s.structured ? ", structured" : "",
                 c->s.meta_base_allocation ? ", base:allocation" : "");
-    rx_next (c);
-    maybe_close (c);
+    if (c->w->stopping)
+      drain (c);
+    else
+      rx_next (c);
     return;
   }
 }
 
 /* --- receiving --------------------------------------------------------------- */
+/* Queues the receive rx asks for.  The caller must not touch c afterwards
+ * (a failure hangs up).
+ */
 static void
 rx_next (struct conn *c)
 {
   bool ok = true;
 
-  if (c->dead || c->draining || c->rx_pending)
+  if (c->phase != CONN_TRANSMISSION || c->rx_pending)
     return;
   switch (c->rx) {
   case RX_HEADER:
@@ -570,7 +614,6 @@ rx_next (struct conn *c)
                       ? c->discard_left : WORKER_DISCARD_BYTES);
     break;
   case RX_STALLED:
-  case RX_STOPPED:
     break;
   }
   if (!ok)
@@ -581,11 +624,7 @@ static void
 stall (struct conn *c)
 {
   c->rx = RX_STALLED;
-  if (!c->on_stall_list) {
-    c->stall_next = c->w->stalled;
-    c->w->stalled = c;
-    c->on_stall_list = true;
-  }
+  TAILQ_INSERT_TAIL (&c->w->conns.stalled, c, stall_link);
 }
 
 static void
@@ -611,9 +650,9 @@ on_engine_done (struct pdio_req *er, int err)
   /* A write's data is on disk (or failed): its memory can go now. */
   if (r->type == NBD_CMD_WRITE)
     release_buf (q);
-  if (c->dead) {
+  if (c->phase == CONN_DEAD) {
     req_free (q);
-    maybe_free (c);
+    maybe_end (c);
     return;
   }
   reply (c, q);
@@ -683,7 +722,7 @@ block_status (struct conn *c, struct req *q)
 }
 
 /* The pending header: refuse it, or get what it needs and start it; or
- * stall until that is available.
+ * stall until that is available.  The caller must not touch c afterwards.
  */
 static void
 start_request (struct conn *c)
@@ -695,9 +734,7 @@ start_request (struct conn *c)
   struct req *q;
 
   if (r->type == NBD_CMD_DISC && v.error == 0) {
-    c->rx = RX_STOPPED;
-    c->draining = true;
-    maybe_close (c);
+    drain (c);
     return;
   }
   if (c->n_reqs >= CONN_MAX_REQUESTS) {
@@ -711,7 +748,8 @@ start_request (struct conn *c)
       need = BLOCK_STATUS_BUF;
   }
   if (need) {
-    if (c->pool_held && c->pool_held + pdio_buf_cost (need) > CONN_MAX_POOL_BYTES) {
+    if (c->pool_held &&
+        c->pool_held + pdio_buf_cost (need) > CONN_MAX_POOL_BYTES) {
       stall (c);
       return;
     }
@@ -732,7 +770,6 @@ start_request (struct conn *c)
   q->buf = buf;
   q->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
-  c->rx = RX_HEADER;
 
   if (v.error) {
     q->error = v.error;
@@ -764,7 +801,9 @@ start_request (struct conn *c)
   rx_next (c);
 }
 
-/* A whole header is in hdr: start its request.  c may be freed after. */
+/* A whole header is in hdr: start its request.  The caller must not
+ * touch c afterwards.
+ */
 static void
 header_complete (struct conn *c)
 {
@@ -784,11 +823,19 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
   (void) flags;
   vg_kernel_wrote_iov (c->rx_iov, c->rx_iovcnt, res);
   c->rx_pending = false;
-  if (c->dead) {
-    maybe_free (c);
+  switch (c->phase) {
+  case CONN_DEAD:
+    maybe_end (c);
     return;
-  }
-  if (c->hs) {
+  case CONN_DRAINING:
+    /* Whatever arrived is not served. */
+    if (c->rx_req) {
+      req_free (c->rx_req);
+      c->rx_req = NULL;
+    }
+    maybe_end (c);
+    return;
+  case CONN_HANDSHAKE:
     if (res <= 0) {
       conn_abort (c, res == 0 ? "client hung up in the handshake"
                               : "receive failed in the handshake");
@@ -798,16 +845,8 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     nbd_hs_received (c->hs, res);
     hs_step (c);
     return;
-  }
-  if (c->draining) {
-    /* Stopping: whatever arrived is not served. */
-    if (c->rx_req) {
-      req_free (c->rx_req);
-      c->rx_req = NULL;
-    }
-    c->rx = RX_STOPPED;
-    maybe_close (c);
-    return;
+  case CONN_TRANSMISSION:
+    break;
   }
   if (res <= 0) {
     conn_abort (c, res == 0 ? "client hung up" : "receive failed");
@@ -848,13 +887,66 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     }
     break;
   case RX_STALLED:
-  case RX_STOPPED:
     break;
   }
   rx_next (c);
 }
 
+/* A connection that made no progress for too long. */
+static void
+watchdog (struct conn *c)
+{
+  time_t now = c->w->now;
+  time_t limit = c->w->stopping ? CONN_STALL_SECS_STOPPING : CONN_STALL_SECS;
+  bool replies_wait = !STAILQ_EMPTY (&c->replies) || c->tx == TX_SENDING;
+  bool mid_request = c->rx == RX_PAYLOAD || c->rx == RX_DISCARD ||
+                     (c->rx == RX_HEADER && c->hdr_got);
+
+  switch (c->phase) {
+  case CONN_HANDSHAKE:
+    if (now - c->started > CONN_HANDSHAKE_SECS)
+      conn_abort (c, "handshake took too long");
+    return;
+  case CONN_TRANSMISSION:
+  case CONN_DRAINING:
+    if (replies_wait && now - c->tx_progress > limit)
+      conn_abort (c, "the client does not read its replies");
+    else if (c->phase == CONN_TRANSMISSION && mid_request &&
+             now - c->rx_progress > limit)
+      conn_abort (c, "the client stopped in the middle of a request");
+    return;
+  case CONN_DEAD:
+    return;
+  }
+}
+
+/* The server is stopping. */
+static void
+stop (struct conn *c)
+{
+  switch (c->phase) {
+  case CONN_HANDSHAKE:
+    conn_abort (c, "the server is stopping");
+    return;
+  case CONN_TRANSMISSION:
+    drain (c);
+    return;
+  case CONN_DRAINING:
+  case CONN_DEAD:
+    return;
+  }
+}
+
 /* --- what the worker calls ------------------------------------------------------ */
+void
+conn_list_init (struct worker *w)
+{
+  LIST_INIT (&w->conns.all);
+  TAILQ_INIT (&w->conns.stalled);
+  TAILQ_INIT (&w->conns.to_send);
+  w->conns.n = 0;
+}
+
 void
 conn_new (struct worker *w, int fd)
 {
@@ -868,88 +960,73 @@ conn_new (struct worker *w, int fd)
   }
   c->w = w;
   c->fd = fd;
+  c->phase = CONN_HANDSHAKE;
   c->rx_c.fn = on_recv;
   c->tx_c.fn = on_send;
   c->cancel_c.fn = on_cancel;
+  c->rx = RX_HEADER;
+  c->tx = TX_IDLE;
+  STAILQ_INIT (&c->replies);
+  STAILQ_INIT (&c->free_reqs);
   c->started = c->rx_progress = c->tx_progress = w->now;
-  c->next = w->conns;
-  if (w->conns)
-    w->conns->prev = c;
-  w->conns = c;
-  w->n_conns++;
+  LIST_INSERT_HEAD (&w->conns.all, c, link);
+  w->conns.n++;
   nbd_hs_init (c->hs, &w->ctx->export);
   worker_log (w, LOG_DEBUG, "connection %d: accepted by worker %u", fd, w->id);
   hs_step (c);
 }
 
+/* Each of these may free the connection it is at: the next is taken
+ * first (freeing one connection never frees another).
+ */
 void
-conn_stop (struct conn *c)
+conn_list_stop_all (struct worker *w)
 {
-  if (c->dead)
-    return;
-  if (c->hs) {
-    conn_abort (c, "the server is stopping");
-    return;
-  }
-  unlink_stalled (c);
-  c->draining = true;
-  if (c->rx_pending)
-    cancel_recv (c);
-  else {
-    c->rx = RX_STOPPED;
-    maybe_close (c);
+  struct conn *c, *next;
+
+  for (c = LIST_FIRST (&w->conns.all); c; c = next) {
+    next = LIST_NEXT (c, link);
+    stop (c);
   }
 }
 
 void
-conn_send (struct conn *c)
+conn_list_watchdog (struct worker *w)
 {
-  c->on_send_list = false;
-  tx_kick (c);
+  struct conn *c, *next;
+
+  for (c = LIST_FIRST (&w->conns.all); c; c = next) {
+    next = LIST_NEXT (c, link);
+    watchdog (c);
+  }
 }
 
 void
-conn_resume (struct conn *c)
+conn_list_resume_stalled (struct worker *w)
 {
-  c->on_stall_list = false;
-  if (c->dead || c->draining || c->rx != RX_STALLED)
-    return;
-  c->rx = RX_HEADER;
-  start_request (c);
+  struct conn_queue batch = TAILQ_HEAD_INITIALIZER (batch);
+  struct conn *c;
+
+  /* One try each this round: one that stalls again goes back onto
+   * w->conns.stalled, for the next.
+   */
+  TAILQ_CONCAT (&batch, &w->conns.stalled, stall_link);
+  while ((c = TAILQ_FIRST (&batch)) != NULL) {
+    TAILQ_REMOVE (&batch, c, stall_link);
+    c->rx = RX_HEADER;
+    start_request (c);
+  }
 }
 
 void
-conn_watchdog (struct conn *c)
+conn_list_send_all (struct worker *w)
 {
-  time_t now = c->w->now;
-  time_t limit = c->w->stopping ? CONN_STALL_SECS_STOPPING : CONN_STALL_SECS;
-  bool mid_request = c->rx == RX_PAYLOAD || c->rx == RX_DISCARD ||
-                     (c->rx == RX_HEADER && c->hdr_got);
+  struct conn *c;
 
-  if (c->dead)
-    return;
-  if (c->hs && now - c->started > CONN_HANDSHAKE_SECS)
-    conn_abort (c, "handshake took too long");
-  else if ((c->tx_head || c->tx_pending) && now - c->tx_progress > limit)
-    conn_abort (c, "the client does not read its replies");
-  else if (!c->hs && mid_request && now - c->rx_progress > limit)
-    conn_abort (c, "the client stopped in the middle of a request");
-}
-
-struct conn *
-conn_next (const struct conn *c)
-{
-  return c->next;
-}
-
-struct conn *
-conn_next_stalled (const struct conn *c)
-{
-  return c->stall_next;
-}
-
-struct conn *
-conn_next_to_send (const struct conn *c)
-{
-  return c->send_next;
+  /* tx_kick sends or hangs up: neither queues c again. */
+  while ((c = TAILQ_FIRST (&w->conns.to_send)) != NULL) {
+    TAILQ_REMOVE (&w->conns.to_send, c, send_link);
+    c->tx = TX_IDLE;
+    tx_kick (c);
+  }
 }
