@@ -5,33 +5,33 @@
  *   CONN_HANDSHAKE     the negotiation (handshake.c) says what to receive
  *                      and send next; it ends in TRANSMISSION, or DEAD.
  *   CONN_TRANSMISSION  requests are read and answered.  NBD_CMD_DISC or a
- *                      server stop leads to DRAINING; a hang-up, a bad
- *                      request header, a failed send or the watchdog to
- *                      DEAD.
+ *                      server stop leads to DRAINING; a hang-up or a
+ *                      failure (bad magic, a receive or send that fails,
+ *                      the watchdog) to DEAD.
  *   CONN_DRAINING      the soft end: no request is read any more; once
  *                      every request read has its reply sent, DEAD.
  *   CONN_DEAD          the hard end: the socket is shut down, the receive
- *                      cancelled, unsent replies dropped; the connection
- *                      is freed once nothing of it is in flight.
+ *                      cancelled, the replies not being sent dropped; the
+ *                      connection is freed once nothing of it is in
+ *                      flight (maybe_end says when a phase is over).
  *
  * In flight, whatever the phase: at most one receive and one send on the
  * ring (a stream socket's bytes must stay in order), the receive's
- * cancel, and the requests started (engine requests cannot be cancelled:
- * their completions find the connection dead and just free their memory).
- * In transmission, rx says what the next receive is for, and tx where the
- * replies are: none, queued until the end of this round of completions,
- * or being sent.
+ * cancel, and the commands started (cmd.c; engine requests cannot be
+ * cancelled: their completions find the connection dead and just free
+ * their memory).  Within transmission, rx says what the next receive is
+ * for; tx says where the replies are: none, queued until the end of this
+ * round of completions, or being sent.
  *
  * A request's life: its 28-byte header is received into the connection;
  * it is checked (nbd_check_request); a READ or WRITE gets pool memory of
  * its length (pdio_buf_get: page-aligned, so the engine does direct I/O
- * on it), a WRITE's payload is received straight into that memory and
- * handed to the engine as is; the engine's completion queues the reply,
- * and once the round of completions is dispatched, a READ's reply goes
- * out as its header and data in one sendmsg, batched with every other
- * queued reply.  The memory goes back to the pool when the engine is done
- * (WRITE) or the reply is sent (READ).  Replies go out in completion
- * order, not request order.
+ * on it), a WRITE's payload is received straight into that memory; the
+ * command is started (cmd.c) and its end queues the reply; once the round
+ * of completions is dispatched, a READ's reply goes out as its header and
+ * data in one sendmsg, batched with every other queued reply.  The memory
+ * goes back to the pool when the engine is done (WRITE) or the reply is
+ * sent (READ).  Replies go out in completion order, not request order.
  *
  * Backpressure: when the pool says no, or the connection holds
  * CONN_MAX_REQUESTS requests or CONN_MAX_POOL_BYTES of memory, it stops
@@ -52,14 +52,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cmd.h"
 #include "handshake.h"
 #include "internal.h"
 #include "vg.h"
 
 /* Iovecs per sendmsg: up to 32 replies of header + data in one call. */
 #define CONN_IOV 64
-/* A BLOCK_STATUS reply is built in one pool page: up to 509 extents. */
-#define BLOCK_STATUS_BUF 4096
 /* A small WRITE's payload is received together with whatever of the next
  * request's header has arrived behind it, in one receive without
  * MSG_WAITALL: a client that pipelines sends both at once, so one
@@ -69,21 +68,7 @@
  */
 #define RX_COMBINED_MAX (16 * 1024)
 
-struct req {
-  struct pdio_req er;           /* the engine's request */
-  struct conn *c;
-  STAILQ_ENTRY (req) link;      /* the reply queue, or the free list */
-  struct nbd_request nbd;
-  void *buf;                    /* pool memory, or NULL */
-  size_t buf_len;
-  uint32_t error;               /* the NBD error of the reply */
-  uint8_t hdr[NBD_OFFSET_DATA_HEADER_LEN];
-  uint8_t hdr_len;
-  const void *payload;          /* what follows hdr on the wire */
-  size_t payload_len;
-};
-STAILQ_HEAD (req_queue, req);
-
+/* The life stage: see the top of this file. */
 enum conn_phase {
   CONN_HANDSHAKE,
   CONN_TRANSMISSION,
@@ -94,7 +79,7 @@ enum conn_phase {
 /* What the next receive of the transmission phase is for. */
 enum rx_step {
   RX_HEADER,                    /* a request header */
-  RX_PAYLOAD,                   /* a WRITE's data, into rx_req */
+  RX_PAYLOAD,                   /* a WRITE's data, into rx_cmd */
   RX_DISCARD,                   /* a refused WRITE's data, dropped */
   RX_STALLED,                   /* none yet: the header in pending waits
                                    for memory or a slot, on the worker's
@@ -113,9 +98,9 @@ struct conn {
   struct worker *w;
   int fd;
   enum conn_phase phase;
-  LIST_ENTRY (conn) link;            /* w->conns.all */
-  TAILQ_ENTRY (conn) stall_link;     /* w->conns.stalled: rx is RX_STALLED */
-  TAILQ_ENTRY (conn) send_link;      /* w->conns.to_send: tx is TX_QUEUED */
+  LIST_ENTRY (conn) link;       /* w->conns.all */
+  TAILQ_ENTRY (conn) stall_link; /* w->conns.stalled, while RX_STALLED */
+  TAILQ_ENTRY (conn) send_link; /* w->conns.to_send, while TX_QUEUED */
 
   struct nbd_handshake *hs;     /* CONN_HANDSHAKE only */
   size_t hs_sent;
@@ -127,11 +112,11 @@ struct conn {
   bool rx_pending;              /* a receive is on the ring */
   bool cancel_pending;          /* and a cancel of it */
   struct pdio_completion rx_c, cancel_c;
-  enum rx_step rx;
+  enum rx_step rx;              /* CONN_TRANSMISSION */
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
-  struct req *rx_req;           /* RX_PAYLOAD, RX_DISCARD (its reply) */
+  struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
   struct msghdr rx_msg;         /* a payload and the next header */
@@ -140,16 +125,16 @@ struct conn {
 
   /* Sending. */
   enum tx_state tx;
-  struct req_queue replies;     /* in the order they go out */
+  STAILQ_HEAD (, nbd_cmd) replies; /* in the order they go out */
   size_t tx_off;                /* bytes of the first reply already sent */
   struct pdio_completion tx_c;
   struct msghdr msg;
   struct iovec iov[CONN_IOV];
 
-  /* Requests and memory. */
-  struct req_queue free_reqs;
-  unsigned n_reqs;              /* requests between header and freeing */
-  unsigned engine_inflight;
+  /* Commands and memory. */
+  STAILQ_HEAD (, nbd_cmd) free_cmds;
+  unsigned n_cmds;              /* between header and freeing */
+  unsigned n_running;           /* started, not yet done */
   size_t pool_held;             /* pdio_buf_cost of their memory */
 };
 
@@ -198,7 +183,7 @@ submit_recv (struct conn *c, void *buf, size_t len)
   return true;
 }
 
-/* The rest of rx_req's payload, then into hdr (empty: hdr_got is 0 while
+/* The rest of rx_cmd's payload, then into hdr (empty: hdr_got is 0 while
  * a payload is received) what of the next header is there already.
  */
 static bool
@@ -209,8 +194,8 @@ submit_recv_payload_and_header (struct conn *c)
   if (sqe == NULL)
     return false;
   c->rx_iov[0] = (struct iovec) {
-    .iov_base = (uint8_t *) c->rx_req->buf + c->payload_got,
-    .iov_len = c->rx_req->nbd.count - c->payload_got,
+    .iov_base = (uint8_t *) c->rx_cmd->buf + c->payload_got,
+    .iov_len = c->rx_cmd->nbd.count - c->payload_got,
   };
   c->rx_iov[1] = (struct iovec) { .iov_base = c->hdr,
                                   .iov_len = NBD_REQUEST_LEN };
@@ -239,64 +224,62 @@ submit_send (struct conn *c, size_t iovcnt)
   return true;
 }
 
-/* --- requests ------------------------------------------------------------------ */
-static struct req *
-req_new (struct conn *c)
+/* --- commands ----------------------------------------------------------------- */
+static struct nbd_cmd *
+nbd_cmd_new (struct conn *c)
 {
-  struct req *q = STAILQ_FIRST (&c->free_reqs);
+  struct nbd_cmd *cmd = STAILQ_FIRST (&c->free_cmds);
 
-  if (q)
-    STAILQ_REMOVE_HEAD (&c->free_reqs, link);
-  else if ((q = malloc (sizeof *q)) == NULL)
+  if (cmd)
+    STAILQ_REMOVE_HEAD (&c->free_cmds, link);
+  else if ((cmd = malloc (sizeof *cmd)) == NULL)
     return NULL;
-  memset (q, 0, sizeof *q);
-  q->c = c;
-  c->n_reqs++;
-  return q;
+  memset (cmd, 0, sizeof *cmd);
+  cmd->w = c->w;
+  cmd->c = c;
+  c->n_cmds++;
+  return cmd;
 }
 
 static void
-release_buf (struct req *q)
+release_buf (struct conn *c, struct nbd_cmd *cmd)
 {
-  struct conn *c = q->c;
-
-  if (q->buf) {
-    pdio_buf_put (thr (c), q->buf, q->buf_len);
-    c->pool_held -= pdio_buf_cost (q->buf_len);
-    q->buf = NULL;
-    q->payload = NULL;
+  if (cmd->buf) {
+    pdio_buf_put (thr (c), cmd->buf, cmd->buf_len);
+    c->pool_held -= pdio_buf_cost (cmd->buf_len);
+    cmd->buf = NULL;
+    cmd->payload = NULL;
   }
 }
 
 static void
-req_free (struct req *q)
+nbd_cmd_free (struct conn *c, struct nbd_cmd *cmd)
 {
-  struct conn *c = q->c;
-
-  release_buf (q);
-  c->n_reqs--;
-  STAILQ_INSERT_HEAD (&c->free_reqs, q, link);
+  release_buf (c, cmd);
+  c->n_cmds--;
+  STAILQ_INSERT_HEAD (&c->free_cmds, cmd, link);
 }
 
 /* --- the end ------------------------------------------------------------------- */
+/* What of c the ring or the engine still holds: c outlives all of it. */
 static bool
 in_flight (const struct conn *c)
 {
   return c->rx_pending || c->cancel_pending || c->tx == TX_SENDING ||
-         c->engine_inflight;
+         c->n_running;
 }
 
 /* Drops the replies not being sent right now. */
 static void
 drop_queue (struct conn *c)
 {
-  struct req *q;
+  struct nbd_cmd *cmd;
 
   if (c->tx == TX_SENDING)
     return;
-  while ((q = STAILQ_FIRST (&c->replies)) != NULL) {
+  while ((cmd = STAILQ_FIRST (&c->replies)) != NULL) {
     STAILQ_REMOVE_HEAD (&c->replies, link);
-    req_free (q);
+    nbd_cmd_free (c, cmd);
   }
 }
 
@@ -304,14 +287,14 @@ static void
 conn_free (struct conn *c)
 {
   struct worker *w = c->w;
-  struct req *q;
+  struct nbd_cmd *cmd;
 
   drop_queue (c);
-  if (c->rx_req)
-    req_free (c->rx_req);
-  while ((q = STAILQ_FIRST (&c->free_reqs)) != NULL) {
-    STAILQ_REMOVE_HEAD (&c->free_reqs, link);
-    free (q);
+  if (c->rx_cmd)
+    nbd_cmd_free (c, c->rx_cmd);
+  while ((cmd = STAILQ_FIRST (&c->free_cmds)) != NULL) {
+    STAILQ_REMOVE_HEAD (&c->free_cmds, link);
+    free (cmd);
   }
   if (w->ctx->log.debug) {
     /* As the plugin does at each close: the tests read these. */
@@ -420,9 +403,9 @@ drain (struct conn *c)
 
 /* --- sending ------------------------------------------------------------------ */
 static void
-queue_reply (struct conn *c, struct req *q)
+queue_reply (struct conn *c, struct nbd_cmd *cmd)
 {
-  STAILQ_INSERT_TAIL (&c->replies, q, link);
+  STAILQ_INSERT_TAIL (&c->replies, cmd, link);
   /* Sent when this round of completions is dispatched (conn_list_send_all),
    * so the replies of requests that finish together share one sendmsg.
    */
@@ -432,34 +415,14 @@ queue_reply (struct conn *c, struct req *q)
   }
 }
 
-/* The reply's header (and payload) from its error or result.  Structured
- * replies when negotiated for READ and BLOCK_STATUS, which need them, and
- * for errors (an error chunk); the spec allows the shorter simple reply
- * for the other successes.
- */
 static void
-reply (struct conn *c, struct req *q)
+reply (struct conn *c, struct nbd_cmd *cmd)
 {
-  const struct nbd_request *r = &q->nbd;
-
-  if (q->error) {
-    release_buf (q);
-    q->payload_len = 0;
-    q->hdr_len = c->s.structured ? nbd_error_chunk (q->hdr, r->cookie, q->error)
-                                 : nbd_simple_reply (q->hdr, r->cookie, q->error);
-  }
-  else if (r->type == NBD_CMD_READ) {
-    q->hdr_len = c->s.structured
-      ? nbd_offset_data_header (q->hdr, r->cookie, r->offset, r->count)
-      : nbd_simple_reply (q->hdr, r->cookie, 0);
-    q->payload = q->buf;
-    q->payload_len = r->count;
-  }
-  else if (r->type == NBD_CMD_BLOCK_STATUS)
-    q->hdr_len = 0;             /* the whole chunk is the payload */
-  else
-    q->hdr_len = nbd_simple_reply (q->hdr, r->cookie, 0);
-  queue_reply (c, q);
+  /* An error reply carries no data: the memory can go now. */
+  if (cmd->error)
+    release_buf (c, cmd);
+  nbd_cmd_reply (cmd, c->s.structured);
+  queue_reply (c, cmd);
 }
 
 /* Sends what of the queued replies fits one sendmsg.  The caller must not
@@ -469,14 +432,14 @@ static void
 tx_kick (struct conn *c)
 {
   size_t n = 0, skip = c->tx_off;
-  struct req *q;
+  struct nbd_cmd *cmd;
 
   if (c->tx == TX_SENDING || STAILQ_EMPTY (&c->replies))
     return;
-  for (q = STAILQ_FIRST (&c->replies); q && n + 2 <= CONN_IOV;
-       q = STAILQ_NEXT (q, link)) {
+  for (cmd = STAILQ_FIRST (&c->replies); cmd && n + 2 <= CONN_IOV;
+       cmd = STAILQ_NEXT (cmd, link)) {
     const struct { const void *p; size_t len; } seg[2] = {
-      { q->hdr, q->hdr_len }, { q->payload, q->payload_len },
+      { cmd->hdr, cmd->hdr_len }, { cmd->payload, cmd->payload_len },
     };
 
     for (int i = 0; i < 2; i++) {
@@ -498,10 +461,10 @@ tx_kick (struct conn *c)
 static void
 sent_transmission (struct conn *c, size_t bytes)
 {
-  struct req *q;
+  struct nbd_cmd *cmd;
 
-  while (bytes && (q = STAILQ_FIRST (&c->replies)) != NULL) {
-    size_t left = q->hdr_len + q->payload_len - c->tx_off;
+  while (bytes && (cmd = STAILQ_FIRST (&c->replies)) != NULL) {
+    size_t left = cmd->hdr_len + cmd->payload_len - c->tx_off;
 
     if (bytes < left) {
       c->tx_off += bytes;
@@ -510,7 +473,7 @@ sent_transmission (struct conn *c, size_t bytes)
     bytes -= left;
     c->tx_off = 0;
     STAILQ_REMOVE_HEAD (&c->replies, link);
-    req_free (q);
+    nbd_cmd_free (c, cmd);
   }
 }
 
@@ -602,11 +565,11 @@ rx_next (struct conn *c)
     ok = submit_recv (c, c->hdr + c->hdr_got, NBD_REQUEST_LEN - c->hdr_got);
     break;
   case RX_PAYLOAD:
-    if (c->rx_req->nbd.count - c->payload_got <= RX_COMBINED_MAX)
+    if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
       ok = submit_recv_payload_and_header (c);
     else
-      ok = submit_recv (c, (uint8_t *) c->rx_req->buf + c->payload_got,
-                        c->rx_req->nbd.count - c->payload_got);
+      ok = submit_recv (c, (uint8_t *) c->rx_cmd->buf + c->payload_got,
+                        c->rx_cmd->nbd.count - c->payload_got);
     break;
   case RX_DISCARD:
     ok = submit_recv (c, c->w->discard,
@@ -627,98 +590,29 @@ stall (struct conn *c)
   TAILQ_INSERT_TAIL (&c->w->conns.stalled, c, stall_link);
 }
 
+/* Hands cmd to cmd.c: it comes back in conn_cmd_done. */
 static void
-on_engine_done (struct pdio_req *er, int err)
+start_cmd (struct conn *c, struct nbd_cmd *cmd)
 {
-  struct req *q = container_of (er, struct req, er);
-  struct conn *c = q->c;
-  const struct nbd_request *r = &q->nbd;
+  c->n_running++;
+  nbd_cmd_start (cmd);
+}
 
-  c->engine_inflight--;
-  q->error = nbd_error_of_errno (err);
-  /* Named as the plugin names them, so both front ends log alike.  A
-   * fast zero that would be slow is an answer, not a failure.
-   */
-  if (err)
-    worker_log (c->w, err == -ENOTSUP ? LOG_DEBUG : LOG_ERROR,
-                "%s: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                r->type == NBD_CMD_READ ? "pread" :
-                r->type == NBD_CMD_WRITE ? "pwrite" :
-                r->type == NBD_CMD_WRITE_ZEROES ? "zero" :
-                r->type == NBD_CMD_TRIM ? "trim" : "flush",
-                r->count, r->offset, strerror (-err));
+void
+conn_cmd_done (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  c->n_running--;
   /* A write's data is on disk (or failed): its memory can go now. */
-  if (r->type == NBD_CMD_WRITE)
-    release_buf (q);
+  if (cmd->nbd.type == NBD_CMD_WRITE)
+    release_buf (c, cmd);
   if (c->phase == CONN_DEAD) {
-    req_free (q);
+    nbd_cmd_free (c, cmd);
     maybe_end (c);
     return;
   }
-  reply (c, q);
-}
-
-static void
-submit_engine (struct conn *c, struct req *q)
-{
-  const struct nbd_request *r = &q->nbd;
-  unsigned flags = (r->flags & NBD_CMD_FLAG_FUA) ? PDIO_FUA : 0;
-  enum pdio_op op;
-
-  switch (r->type) {
-  case NBD_CMD_READ: op = PDIO_OP_READ; flags = 0; break;
-  case NBD_CMD_WRITE: op = PDIO_OP_WRITE; break;
-  case NBD_CMD_TRIM: op = PDIO_OP_TRIM; break;
-  case NBD_CMD_WRITE_ZEROES:
-    op = PDIO_OP_ZERO;
-    if (!(r->flags & NBD_CMD_FLAG_NO_HOLE))
-      flags |= PDIO_MAY_TRIM;
-    if (r->flags & NBD_CMD_FLAG_FAST_ZERO)
-      flags |= PDIO_FAST_ZERO;
-    break;
-  default: op = PDIO_OP_FLUSH; flags = 0; break;
-  }
-  q->er = (struct pdio_req) {
-    .op = op, .flags = flags, .offset = r->offset, .count = r->count,
-    .buf = q->buf, .done = on_engine_done,
-  };
-  c->engine_inflight++;
-  pdio_submit (thr (c), &q->er);
-}
-
-static int
-add_extent (void *opaque, uint64_t offset, uint64_t length, bool hole)
-{
-  (void) offset;
-  return nbd_extents_add (opaque, length,
-                          hole ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0) ? 0 : 1;
-}
-
-/* Extents need no device I/O (SEEK_DATA/SEEK_HOLE): answered at once. */
-static void
-block_status (struct conn *c, struct req *q)
-{
-  const struct server_ctx *ctx = c->w->ctx;
-  const struct nbd_request *r = &q->nbd;
-  bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
-  struct nbd_extents x;
-  int err = 0;
-
-  nbd_extents_init (&x, q->buf,
-                    one ? 1 : (q->buf_len - NBD_BLOCK_STATUS_LEN (0)) / 8,
-                    r->count);
-  if (ctx->can_extents)
-    err = pdio_extents (ctx->img, r->count, r->offset, one, add_extent, &x);
-  if (err < 0)
-    q->error = nbd_error_of_errno (err);
-  else {
-    /* No information is "data": always a safe answer. */
-    if (x.n == 0)
-      nbd_extents_add (&x, r->count, 0);
-    q->payload = q->buf;
-    q->payload_len = nbd_extents_finish (&x, r->cookie);
-  }
-  reply (c, q);
+  reply (c, cmd);
 }
 
 /* The pending header: refuse it, or get what it needs and start it; or
@@ -729,23 +623,17 @@ start_request (struct conn *c)
 {
   const struct nbd_request *r = &c->pending;
   struct nbd_verdict v = nbd_check_request (r, &c->s);
-  size_t need = 0;
+  size_t need = v.error ? 0 : nbd_cmd_buf_len (r);
   void *buf = NULL;
-  struct req *q;
+  struct nbd_cmd *cmd;
 
   if (r->type == NBD_CMD_DISC && v.error == 0) {
     drain (c);
     return;
   }
-  if (c->n_reqs >= CONN_MAX_REQUESTS) {
+  if (c->n_cmds >= CONN_MAX_REQUESTS) {
     stall (c);
     return;
-  }
-  if (v.error == 0) {
-    if (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE)
-      need = r->count;
-    else if (r->type == NBD_CMD_BLOCK_STATUS)
-      need = BLOCK_STATUS_BUF;
   }
   if (need) {
     if (c->pool_held &&
@@ -759,20 +647,20 @@ start_request (struct conn *c)
       return;
     }
   }
-  q = req_new (c);
-  if (q == NULL) {
+  cmd = nbd_cmd_new (c);
+  if (cmd == NULL) {
     if (buf)
       pdio_buf_put (thr (c), buf, need);
     conn_abort (c, "out of memory");
     return;
   }
-  q->nbd = *r;
-  q->buf = buf;
-  q->buf_len = need;
+  cmd->nbd = *r;
+  cmd->buf = buf;
+  cmd->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
 
   if (v.error) {
-    q->error = v.error;
+    cmd->error = v.error;
     worker_log (c->w, LOG_DEBUG, "connection %d: refused command %u "
                 "(%u bytes at %" PRIu64 ", flags 0x%x): error %u", c->fd,
                 r->type, r->count, r->offset, r->flags, v.error);
@@ -781,23 +669,21 @@ start_request (struct conn *c)
        * reply to a request they are still sending as a broken server.
        */
       c->rx = RX_DISCARD;
-      c->rx_req = q;
+      c->rx_cmd = cmd;
       c->discard_left = v.discard;
       c->rx_progress = c->w->now;
     }
     else
-      reply (c, q);
+      reply (c, cmd);
   }
   else if (r->type == NBD_CMD_WRITE) {
-    c->rx_req = q;
+    c->rx_cmd = cmd;
     c->payload_got = 0;
     c->rx = RX_PAYLOAD;
     c->rx_progress = c->w->now;
   }
-  else if (r->type == NBD_CMD_BLOCK_STATUS)
-    block_status (c, q);
   else
-    submit_engine (c, q);
+    start_cmd (c, cmd);
   rx_next (c);
 }
 
@@ -829,9 +715,9 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     return;
   case CONN_DRAINING:
     /* Whatever arrived is not served. */
-    if (c->rx_req) {
-      req_free (c->rx_req);
-      c->rx_req = NULL;
+    if (c->rx_cmd) {
+      nbd_cmd_free (c, c->rx_cmd);
+      c->rx_cmd = NULL;
     }
     maybe_end (c);
     return;
@@ -861,17 +747,17 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     header_complete (c);
     return;
   case RX_PAYLOAD: {
-    size_t want = c->rx_req->nbd.count - c->payload_got;
+    size_t want = c->rx_cmd->nbd.count - c->payload_got;
     size_t got = (size_t) res < want ? (size_t) res : want;
 
     c->payload_got += got;
     /* Past the payload: the start of the next header (combined receive). */
     c->hdr_got = res - got;
-    if (c->payload_got < c->rx_req->nbd.count)
+    if (c->payload_got < c->rx_cmd->nbd.count)
       break;
     c->rx = RX_HEADER;
-    submit_engine (c, c->rx_req);
-    c->rx_req = NULL;
+    start_cmd (c, c->rx_cmd);
+    c->rx_cmd = NULL;
     if (c->hdr_got == NBD_REQUEST_LEN) {
       header_complete (c);
       return;
@@ -882,8 +768,8 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     c->discard_left -= res;
     if (c->discard_left == 0) {
       c->rx = RX_HEADER;
-      reply (c, c->rx_req);
-      c->rx_req = NULL;
+      reply (c, c->rx_cmd);
+      c->rx_cmd = NULL;
     }
     break;
   case RX_STALLED:
@@ -967,7 +853,7 @@ conn_new (struct worker *w, int fd)
   c->rx = RX_HEADER;
   c->tx = TX_IDLE;
   STAILQ_INIT (&c->replies);
-  STAILQ_INIT (&c->free_reqs);
+  STAILQ_INIT (&c->free_cmds);
   c->started = c->rx_progress = c->tx_progress = w->now;
   LIST_INSERT_HEAD (&w->conns.all, c, link);
   w->conns.n++;
@@ -976,29 +862,30 @@ conn_new (struct worker *w, int fd)
   hs_step (c);
 }
 
-/* Each of these may free the connection it is at: the next is taken
- * first (freeing one connection never frees another).
+/* fn may free the connection it is given: the next is taken first
+ * (freeing one connection never frees another).
  */
-void
-conn_list_stop_all (struct worker *w)
+static void
+for_each_conn (struct worker *w, void (*fn) (struct conn *c))
 {
   struct conn *c, *next;
 
   for (c = LIST_FIRST (&w->conns.all); c; c = next) {
     next = LIST_NEXT (c, link);
-    stop (c);
+    fn (c);
   }
+}
+
+void
+conn_list_stop_all (struct worker *w)
+{
+  for_each_conn (w, stop);
 }
 
 void
 conn_list_watchdog (struct worker *w)
 {
-  struct conn *c, *next;
-
-  for (c = LIST_FIRST (&w->conns.all); c; c = next) {
-    next = LIST_NEXT (c, link);
-    watchdog (c);
-  }
+  for_each_conn (w, watchdog);
 }
 
 void
