@@ -39,8 +39,8 @@
 
 struct conn;
 
-/* A worker's connections as conn.c keeps them: the worker holds them and
- * calls conn_list_*; only conn.c reads or changes them.
+/* A worker's connections as conn.c keeps them: the worker holds them,
+ * reads n and calls conn_list_*; only conn.c walks or changes them.
  */
 TAILQ_HEAD (conn_queue, conn);
 struct conn_lists {
