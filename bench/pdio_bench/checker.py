@@ -40,20 +40,29 @@ class Checker:
         # Counted lines, for the table over several runs (--check A,B):
         # name -> (tag, per-repetition met or not, cell text).
         self.records = {}
+        # Counted targets met and counted, by group (None: ungrouped), so
+        # that the misses of one group do not hide how the others did.
+        self.groups = {}
 
-    def emit(self, tag, name, text, counted=True, cell=None, vals=None):
+    def emit(self, tag, name, text, counted=True, cell=None, vals=None,
+             group=None):
         if counted and tag not in ("PASS", "INFO"):
             self.all_ok = False
+        if counted and tag != "INFO":
+            met_total = self.groups.setdefault(group, [0, 0])
+            met_total[0] += tag == "PASS"
+            met_total[1] += 1
         if counted:
             self.records[name.strip()] = (tag, vals or [],
                                           cell if cell is not None else text)
         self.lines.append("%-4s %-62s %s" % (tag, name, text))
 
     def verdict(self, name, vals, thr, higher=True, unit="x", counted=True,
-                note=""):
+                note="", group=None):
         """vals: per-repetition measured values vs threshold thr."""
         if not vals:
-            self.emit("n/a", name, "not measured in this run", counted)
+            self.emit("n/a", name, "not measured in this run", counted,
+                      group=group)
             return
         ok = [(v >= thr) if higher else (v <= thr) for v in vals]
         v = statistics.median(vals)
@@ -67,7 +76,20 @@ class Checker:
                   cell="%.2f%s (%s; need %s %.2f)" % (
                       v, unit, ", ".join("%.2f" % x for x in vals),
                       ">=" if higher else "<=", thr),
-                  vals=ok)
+                  vals=ok, group=group)
+
+    def tally(self):
+        """How many counted targets were met, per group when there are
+        several (the ungrouped ones last, as "the other targets")."""
+        if not self.groups:
+            return "no counted target"
+        parts = ["%s targets: %d of %d met" % (g, m, t)
+                 for g, (m, t) in self.groups.items() if g is not None]
+        if None in self.groups:
+            m, t = self.groups[None]
+            parts.append("%s: %d of %d met" % (
+                "the other targets" if parts else "counted targets", m, t))
+        return "; ".join(parts)
 
     def info(self, name, text):
         self.emit("INFO", name, text, counted=False)

@@ -10,7 +10,7 @@ from .baseline import load_baseline
 from .checker import (REGRESSION, REGRESSION_TOLERANCE, SEQ_JOBS, SPEED_JOBS,
                       Checker)
 from .fio import JOB_BY_NAME, JOBS
-from .results import has_native, peak_rss_mib
+from .results import has_memory, has_native, memory_of, peak_rss_mib
 from .servers import (ALIGN_CHECK, NATIVE, NATIVE_SCALING_JOBS, PDIO_ROWS,
                       is_native_row, is_pdio_row)
 
@@ -18,6 +18,14 @@ from .servers import (ALIGN_CHECK, NATIVE, NATIVE_SCALING_JOBS, PDIO_ROWS,
 # context-switch target covers.
 CPU_4K_JOBS = ("rr4k-qd1", "rr4k-qd32", "rw4k-qd32", "rr4k-4x8")
 QD32_JOBS = ("rr4k-qd32", "rw4k-qd32")
+# The native server's memory targets (memory that follows the load): PSS
+# of an idle pdio serve after load and IDLE_AFTER_S seconds without a
+# client, VmPin while idle (0 bytes), peak RSS on every job.  Counted in
+# a group of their own, so that the tally shows the other targets apart.
+IDLE_PSS_MIB = 4.0
+IDLE_AFTER_S = 30
+PEAK_RSS_MIB = 48.0
+MEMORY = "memory"
 
 
 def per_rep_text(vals):
@@ -200,6 +208,68 @@ def state_peak_rss(c):
             c.records["peak RSS of " + s] = ("INFO", [], "%.1f MiB" % rss)
 
 
+def check_zero(c, name, vals_kib, group=None):
+    """A target of 0 bytes: per-repetition values in KiB."""
+    if not vals_kib:
+        c.emit("n/a", name, "not measured in this run", group=group)
+        return
+    ok = [v == 0 for v in vals_kib]
+    tag = "PASS" if all(ok) else ("MISS" if not any(ok) else "MIXD")
+    per = ", ".join("%.1f" % (v / 1024) for v in vals_kib)
+    med = statistics.median(vals_kib) / 1024
+    c.emit(tag, name, "%.1f MiB (need 0 bytes; per repetition: %s)"
+           % (med, per), cell="%.1f MiB (%s; need 0)" % (med, per),
+           vals=ok, group=group)
+
+
+def check_memory_follows_load(c, counted=True):
+    """The native server's memory targets: PSS <= IDLE_PSS_MIB when idle
+    after load and IDLE_AFTER_S s without a client, 0 bytes VmPin while
+    idle (at start and after load), peak RSS <= PEAK_RSS_MIB on every job.
+    Judged on the pdio-native row (pdio serve alone; per repetition, the
+    worst of its server processes and jobs); stated, not judged, in a run
+    without it."""
+    N = NATIVE
+    pss_name = "native idle PSS after load and %d s idle" % IDLE_AFTER_S
+    pin_name = "native VmPin while idle"
+    peak_name = "native peak RSS, every job"
+    if not counted or not c.has(N):
+        for name, need in ((pss_name, "<= %.0f MiB" % IDLE_PSS_MIB),
+                           (pin_name, "0 bytes"),
+                           (peak_name, "<= %.0f MiB" % PEAK_RSS_MIB)):
+            c.emit("n/a", name, "need %s; not judged: no %s row in this run"
+                   % (need, N), counted=False)
+        return
+    mem = [memory_of(c.doc, N, rep) for rep in c.reps]
+    if not has_memory(c.doc):
+        for name in (pss_name, pin_name):
+            c.emit("TODO", name, "not recorded: results from before the "
+                   "memory columns", group=MEMORY)
+    else:
+        short = [m["idle_s"] for m in mem
+                 if m["idle_s"] is not None and m["idle_s"] < IDLE_AFTER_S]
+        c.verdict(pss_name, [m["idle_after_pss_kib"] / 1024 for m in mem
+                             if m["idle_after_pss_kib"] is not None],
+                  IDLE_PSS_MIB, higher=False, unit=" MiB", group=MEMORY,
+                  note="; after only %g s idle (--idle), not %d"
+                  % (min(short), IDLE_AFTER_S) if short else "")
+        check_zero(c, pin_name, [m["pin_idle_kib"] for m in mem
+                                 if m["pin_idle_kib"] is not None], MEMORY)
+        lck = [m[k] for m in mem for k in ("lck_idle_kib", "lck_peak_kib")
+               if m[k]]
+        if lck:
+            c.info("  native VmLck", "up to %.1f MiB locked (mlock)"
+                   % (max(lck) / 1024))
+    peaks = [m for m in mem if m["peak_rss_kib"] is not None]
+    c.verdict(peak_name, [m["peak_rss_kib"] / 1024 for m in peaks],
+              PEAK_RSS_MIB, higher=False, unit=" MiB", group=MEMORY,
+              note="; worst job per repetition: %s%s" % (
+                  ", ".join(m["peak_job"] for m in peaks),
+                  "" if all(m["hwm_reset"] for m in peaks) else
+                  " (VmHWM not reset per job: the peak since the server "
+                  "started)"))
+
+
 def state_front_end_rss(c):
     for s in PDIO_ROWS:
         rss = peak_rss_mib(c.doc, s)
@@ -308,6 +378,7 @@ def native_server_targets(c, cfg):
     check_no_page_cache(c, "native", is_native_row)
     check_no_page_cache(c, "nbdkit pdio", is_pdio_row)
     state_peak_rss(c)
+    check_memory_follows_load(c)
     check_no_regression(c, cfg)
     check_no_regression_same_run(c)
     state_thread_scaling(c)
@@ -333,12 +404,14 @@ def counted_targets(doc, cfg):
         native_server_targets(c, cfg)
     else:
         front_end_targets(c, counted=True)
+        check_memory_follows_load(c, counted=False)
     return c
 
 
 def check_lines(doc, cfg):
     """(target lines, all counted targets met)."""
     c = counted_targets(doc, cfg)
+    c.lines.append("---- %s ----" % c.tally())
     if has_native(doc):
         c.lines.append("---- the nbdkit front end's targets, for reference "
                        "(not counted) ----")

@@ -27,8 +27,12 @@ def parser():
                    help="measured seconds per job (BENCH_RUNTIME, 10)")
     p.add_argument("--ramp", type=float, default=None,
                    help="ramp seconds per job (BENCH_RAMP, 2)")
+    p.add_argument("--idle", type=float, default=None, metavar="S",
+                   help="seconds each server sits without a client after "
+                        "its jobs before its idle-after-load memory (RSS, "
+                        "PSS, VmPin) is taken (BENCH_IDLE, 30; --smoke: 5)")
     p.add_argument("--smoke", action="store_true",
-                   help="quick sanity run: --runtime 2 --ramp 1")
+                   help="quick sanity run: --runtime 2 --ramp 1 --idle 5")
     p.add_argument("--size", help="image size (BENCH_SIZE, 4G)")
     p.add_argument("--dir", help="where the image lives (BENCH_DIR)")
     p.add_argument("--servers", help="comma list (default: all): " +

@@ -27,6 +27,9 @@ class Config:
     base_plugin: str = ""
     runtime: float = 10.0
     ramp: float = 2.0
+    # Seconds each server sits without a client after its jobs before its
+    # idle memory is taken again.
+    idle: float = 30.0
     repeat: int = 1
     size: str = "4G"
     dir: str = "/var/tmp/pdio-bench"
@@ -56,8 +59,12 @@ class Config:
             float(env.get("BENCH_RUNTIME", c.runtime))
         c.ramp = args.ramp if args.ramp is not None else \
             float(env.get("BENCH_RAMP", c.ramp))
+        c.idle = args.idle if args.idle is not None else \
+            float(env.get("BENCH_IDLE", c.idle))
         if args.smoke:
             c.runtime, c.ramp = 2, 1
+            if args.idle is None:
+                c.idle = 5
         c.size = args.size or env.get("BENCH_SIZE", c.size)
         c.dir = args.dir or env.get("BENCH_DIR", c.dir)
         c.repeat = args.repeat

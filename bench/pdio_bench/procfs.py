@@ -61,14 +61,79 @@ def proc_cpu_ticks(pid, with_children=True):
     return t
 
 
-def proc_status_kib(pid, key):
+# The memory figures of /proc/PID/status the sampler and the snapshots
+# read: resident, its high-water mark, pinned (io_uring's registered
+# buffers, RDMA, ...) and mlock()ed.
+MEM_KEYS = ("VmRSS", "VmHWM", "VmPin", "VmLck")
+
+
+def proc_status(pid, keys=MEM_KEYS):
+    """The kB figures of keys in /proc/PID/status in one read; {} once the
+    process is gone (a kernel thread has no Vm lines: 0)."""
     try:
-        for line in read_file("/proc/%d/status" % pid).splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
+        text = read_file("/proc/%d/status" % pid)
     except OSError:
+        return {}
+    out = dict.fromkeys(keys, 0)
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        if k in out:
+            out[k] = int(v.split()[0])
+    return out
+
+
+def proc_status_kib(pid, key):
+    return proc_status(pid, (key,)).get(key, 0)
+
+
+def proc_pss_kib(pid):
+    """Pss of a process (/proc/PID/smaps_rollup), or None.  It walks the
+    page tables under the mm's lock: read it while the server is idle,
+    not in the sampler."""
+    try:
+        for line in read_file("/proc/%d/smaps_rollup" % pid).splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
         pass
-    return 0
+    return None
+
+
+def reset_peak_rss(pids):
+    """Resets VmHWM to the current VmRSS ("5" into /proc/PID/clear_refs,
+    Linux 4.0 and later), so that VmHWM at the end of a job is that job's
+    peak.  False if it could not be reset for the first pid."""
+    ok = []
+    for p in pids:
+        try:
+            with open("/proc/%d/clear_refs" % p, "w") as f:
+                f.write("5")
+            ok.append(True)
+        except OSError:
+            ok.append(False)
+    return bool(ok) and ok[0]
+
+
+def mem_snapshot(pid):
+    """The memory of a server and its descendants now, in KiB: VmRSS, Pss,
+    VmPin, VmLck summed over the processes (threads share their process's
+    figures, so only processes are added up); None if the server is
+    gone."""
+    snap = {"rss_kib": 0, "pss_kib": 0, "pin_kib": 0, "lck_kib": 0,
+            "procs": 0}
+    for i, p in enumerate([pid] + descendants(pid)):
+        st = proc_status(p)
+        pss = proc_pss_kib(p)
+        if not st or pss is None:
+            if i == 0:
+                return None
+            continue            # a connection process that just exited
+        snap["rss_kib"] += st["VmRSS"]
+        snap["pss_kib"] += pss
+        snap["pin_kib"] += st["VmPin"]
+        snap["lck_kib"] += st["VmLck"]
+        snap["procs"] += 1
+    return snap
 
 
 def fincore(path):
@@ -94,33 +159,45 @@ def cpu_jiffies():
 
 
 class Monitor(threading.Thread):
-    """Samples the server's CPU time (ticks) and RSS every `interval`, so
-    that the CPU time of fio's measured window can be interpolated.  tree:
-    the server forks per connection, and its children count too."""
+    """Samples the server's CPU time (ticks) and memory every `interval`,
+    so that the CPU time of fio's measured window can be interpolated.
+    tree: the server forks per connection, and its children count too.
+
+    rss_peak_kib: the larger of the server's VmHWM (since the start, or
+    since reset_peak_rss) and the largest sampled VmRSS sum over its
+    processes; rss_sampled_peak_kib: that sampled sum alone; pin_peak_kib,
+    lck_peak_kib: the largest sampled VmPin and VmLck sums."""
 
     def __init__(self, pid, tree, interval=0.05):
         super().__init__(daemon=True)
         self.pid, self.tree, self.interval = pid, tree, interval
         self.samples = []           # (monotonic, cpu ticks)
-        self.rss_peak_kib = 0
+        self.rss_peak_kib = self.rss_sampled_peak_kib = 0
+        self.pin_peak_kib = self.lck_peak_kib = 0
         self.stop_ev = threading.Event()
 
     def sample(self):
         t = time.monotonic()
         cpu = proc_cpu_ticks(self.pid)
-        if cpu is None:
+        st = proc_status(self.pid)
+        if cpu is None or not st:
             return
-        rss = proc_status_kib(self.pid, "VmHWM")
+        rss, pin, lck = st["VmRSS"], st["VmPin"], st["VmLck"]
         if self.tree:
-            total = proc_status_kib(self.pid, "VmRSS")
             for c in descendants(self.pid):
                 ct = proc_cpu_ticks(c, with_children=True)
                 if ct is not None:
                     cpu += ct
-                total += proc_status_kib(c, "VmRSS")
-            rss = max(rss, total)
+                cs = proc_status(c)
+                if cs:
+                    rss += cs["VmRSS"]
+                    pin += cs["VmPin"]
+                    lck += cs["VmLck"]
         self.samples.append((t, cpu))
-        self.rss_peak_kib = max(self.rss_peak_kib, rss)
+        self.rss_sampled_peak_kib = max(self.rss_sampled_peak_kib, rss)
+        self.rss_peak_kib = max(self.rss_peak_kib, rss, st["VmHWM"])
+        self.pin_peak_kib = max(self.pin_peak_kib, pin)
+        self.lck_peak_kib = max(self.lck_peak_kib, lck)
 
     def run(self):
         while not self.stop_ev.is_set():

@@ -9,7 +9,7 @@ import subprocess
 
 from .checks import check_lines, check_title
 from .fio import JOB_BY_NAME, JOBS
-from .results import has_native, index, reps_of
+from .results import has_memory, has_native, index, memory_of, reps_of
 from .servers import QEMU_ROWS, is_native_row, is_pdio_row
 from .util import log
 
@@ -99,6 +99,55 @@ def field_table(doc, title, field, fmt):
     return table(doc, title, lambda s, j: field_fn(s, j, field), fmt)
 
 
+def memory_table(doc):
+    """One row per server: its memory idle before any job, idle again
+    after its jobs and --idle seconds, and at its peak, in MiB (median
+    over repetitions [min–max])."""
+    L = ["#### Memory, MiB (server and its child processes)", ""]
+    srv = [s for s in present(doc)[0] if doc["servers"][s]["kind"] != "raw"]
+    if not has_memory(doc):
+        return L + ["Not recorded: results from before the memory columns "
+                    "(the per-job peak RSS table above has VmHWM since the "
+                    "server started).", ""]
+    reps = reps_of(doc)
+    per = {s: [memory_of(doc, s, rep) for rep in reps] for s in srv}
+    idle = sorted({m["idle_s"] for v in per.values() for m in v
+                   if m["idle_s"] is not None})
+    idle_txt = "/".join("%g" % x for x in idle) or "?"
+    after = "after load + %s s idle" % idle_txt
+    cols = [("idle RSS", "idle_start_rss_kib"),
+            ("idle PSS", "idle_start_pss_kib"),
+            ("RSS " + after, "idle_after_rss_kib"),
+            ("PSS " + after, "idle_after_pss_kib"),
+            ("peak RSS (max over jobs)", "peak_rss_kib"),
+            ("VmPin idle", "idle_start_pin_kib"),
+            ("VmPin " + after, "idle_after_pin_kib"),
+            ("VmPin peak", "pin_peak_kib")]
+    if any(m[k] for v in per.values() for m in v
+           for k in ("lck_idle_kib", "lck_peak_kib")):
+        cols += [("VmLck idle", "idle_start_lck_kib"),
+                 ("VmLck " + after, "idle_after_lck_kib"),
+                 ("VmLck peak", "lck_peak_kib")]
+    L += ["Idle: started and answering, before any job; after load: the "
+          "same server process after its last job and --idle seconds "
+          "without a client (a row served by two processes, like the "
+          "native server's aligned and misaligned jobs, shows the larger).  "
+          "RSS and VmPin/VmLck from /proc/PID/status, PSS from "
+          "/proc/PID/smaps_rollup, summed over the server's processes.  "
+          "Peak RSS: VmHWM, reset at each job's start "
+          "(/proc/PID/clear_refs), or the largest sampled VmRSS sum if "
+          "larger; VmPin and VmLck peak: the largest sampled every 50 ms "
+          "during the jobs.", "",
+          "| server | " + " | ".join(c[0] for c in cols) + " |",
+          "|---|" + "---|" * len(cols)]
+    mib = fixed("%.1f", 1024)(None)
+    for s in srv:
+        L.append("| %s | %s |" % (s, " | ".join(
+            spread([m[k] for m in per[s] if m[k] is not None], mib)
+            for _, k in cols)))
+    return L + [""]
+
+
 def build_line(t):
     if not t:
         return "outside a git tree"
@@ -171,7 +220,12 @@ def summary_md(doc, cfg):
                      "the middle of the window; counts, so less sensitive "
                      "to steal than CPU time)", "cs_per_io", fixed("%.2f"))
     L += field_table(doc, "Server peak RSS, MiB (VmHWM at the end of the "
-                     "job)", "rss_peak_kib", fixed("%.1f", 1024))
+                     "job, reset at its start%s)" % (
+                         "" if any(r.get("hwm_reset") for r in doc["results"])
+                         else "; this run: since the server started"),
+                     "rss_peak_kib",
+                     fixed("%.1f", 1024))
+    L += memory_table(doc)
     L += field_table(doc, "Image pages in the page cache at the end of the "
                      "job (fincore)", "cache_pages", fixed("%d"))
     errs = [r for r in doc["results"] if r.get("fio_error")]

@@ -15,7 +15,7 @@ from .fio import JOB_BY_NAME, JOBS, fio_cmd, parse_fio
 from .image import ensure_image, evict
 from .metadata import metadata
 from .procfs import (CsCounter, Monitor, cpu_jiffies, descendants, fincore,
-                     loadavg, proc_status_kib)
+                     loadavg, mem_snapshot, proc_status_kib, reset_peak_rss)
 from .publish import publish
 from .report import report
 from .results import save
@@ -32,7 +32,11 @@ def run_job(job, srv, running, cfg, img, size, fiodir):
     load = loadavg()
     steal0 = cpu_jiffies()
     mon = cs = None
+    hwm_reset = False
     if running is not None:
+        # VmHWM never goes down by itself: reset it, so that the job's
+        # peak is the job's and not the server's since it started.
+        hwm_reset = reset_peak_rss([running.pid] + descendants(running.pid))
         mon = Monitor(running.pid, running.tree)
         mon.sample()
         mon.start()
@@ -78,6 +82,10 @@ def run_job(job, srv, running, cfg, img, size, fiodir):
         if cpu is not None and row.get("ios"):
             row["cpu_us_per_io"] = cpu * 1e6 / row["ios"]
         row["rss_peak_kib"] = mon.rss_peak_kib
+        row["rss_peak_sampled_kib"] = mon.rss_sampled_peak_kib
+        row["hwm_reset"] = hwm_reset
+        row["pin_peak_kib"] = mon.pin_peak_kib
+        row["lck_peak_kib"] = mon.lck_peak_kib
         row["rss_kib"] = proc_status_kib(running.pid, "VmRSS")
     row["cs_per_io"] = None
     if cs_rate is not None and row.get("iops"):
@@ -99,6 +107,8 @@ def fmt_row(r):
         s += " %4.2f cs/io" % r["cs_per_io"]
     if r.get("rss_peak_kib"):
         s += "  rss %5.1f MiB" % (r["rss_peak_kib"] / 1024)
+    if r.get("pin_peak_kib"):
+        s += " pin %.1f MiB" % (r["pin_peak_kib"] / 1024)
     s += "  cached %s pg  steal %.0f%%" % (r["cache_pages"], r["steal_pct"])
     return s
 
@@ -135,6 +145,26 @@ def require_builds(cfg, chosen):
             die("%s serve has no --threads: not a build with pdio's own "
                 "server (--pdio, PDIO_CLI; or leave the pdio-native rows "
                 "out with --servers)" % cfg.pdio_cli)
+
+
+def fmt_mem(snap):
+    if not snap:
+        return "-"
+    return "RSS %.1f PSS %.1f pin %.1f%s MiB" % (
+        snap["rss_kib"] / 1024, snap["pss_kib"] / 1024,
+        snap["pin_kib"] / 1024,
+        " lck %.1f" % (snap["lck_kib"] / 1024) if snap["lck_kib"] else "")
+
+
+def idle_memory(running, cfg):
+    """The server's memory after its jobs: right away, and after cfg.idle
+    seconds without a client (what a server that follows its load has
+    given back by then)."""
+    after_jobs = mem_snapshot(running.pid)
+    if cfg.idle > 0:
+        time.sleep(cfg.idle)
+    return {"after_jobs": after_jobs, "idle_after": mem_snapshot(running.pid),
+            "idle_s": cfg.idle}
 
 
 def selected_jobs(spec):
@@ -189,15 +219,19 @@ def do_run(cfg):
                                   for j in JOBS},
            "servers": {s.name: {"label": s.label, "kind": s.kind,
                                 "args": s.args} for s in all_servers},
-           "results": [], "sessions": []}
+           "results": [], "sessions": [], "memory": []}
     njobs = sum(len([j for j in jobs if s.jobs is None or j.name in s.jobs])
                 for s in all_servers)
+    nsessions = sum(len(sessions_of(s, [j for j in jobs if s.jobs is None or
+                                        j.name in s.jobs]))
+                    for s in all_servers if s.kind != "raw")
     log("run %s: %d servers, %d jobs each repeat, %d repeat(s), "
-        "%gs + %gs ramp a job: about %d min" %
+        "%gs + %gs ramp a job, %gs idle after each of %d server processes: "
+        "about %d min" %
         (run_id, len(all_servers), njobs, cfg.repeat, cfg.runtime,
-         cfg.ramp,
-         math.ceil(njobs * cfg.repeat * (cfg.runtime + cfg.ramp + 1.5)
-                   / 60)))
+         cfg.ramp, cfg.idle, nsessions,
+         math.ceil(cfg.repeat * (njobs * (cfg.runtime + cfg.ramp + 1.5) +
+                                 nsessions * cfg.idle) / 60)))
 
     running = None
     interrupted = False
@@ -232,13 +266,21 @@ def do_run(cfg):
                         die("%s was removed, replaced or resized during the "
                             "run" % img)
                     pages = evict(img)
-                    running = None
+                    running = mem = None
                     if srv.kind != "raw":
                         running = start_server(srv, cfg, img, workdir, logdir)
+                        # Started and answering (nbdinfo connected once),
+                        # before any job.
+                        mem = {"rep": rep, "server": srv.name,
+                               "jobs": [j.name for j in session],
+                               "pid": running.pid,
+                               "idle_start": mem_snapshot(running.pid)}
                     log("rep %d/%d  %-13s pid %-7s (image pages cached at "
-                        "start: %s)" % (rep, cfg.repeat, srv.name,
-                                        running.pid if running else "-",
-                                        pages))
+                        "start: %s)%s" % (rep, cfg.repeat, srv.name,
+                                          running.pid if running else "-",
+                                          pages, "  idle: " +
+                                          fmt_mem(mem["idle_start"])
+                                          if mem else ""))
                     for job in session:
                         row = run_job(job, srv, running, cfg, img, size,
                                       fiodir)
@@ -253,6 +295,10 @@ def do_run(cfg):
                         log("    %-12s %-13s %s" % (srv.name, job.name,
                                                     fmt_row(row)))
                     if running:
+                        mem.update(idle_memory(running, cfg))
+                        doc["memory"].append(mem)
+                        log("    %-12s after %gs idle: %s" % (
+                            srv.name, cfg.idle, fmt_mem(mem["idle_after"])))
                         stop_server(running)
                         if srv.kind == "native":
                             info = native_session(running)
