@@ -64,6 +64,7 @@ struct req {
   uint8_t hdr_len;
   const void *payload;          /* what follows hdr on the wire */
   size_t payload_len;
+  struct nbd_extents extents;   /* BLOCK_STATUS: built in buf */
 };
 
 enum rx_state {
@@ -664,36 +665,70 @@ submit_engine (struct conn *c, struct req *q)
 static int
 add_extent (void *opaque, uint64_t offset, uint64_t length, bool hole)
 {
+  struct req *q = opaque;
+
   (void) offset;
-  return nbd_extents_add (opaque, length,
+  return nbd_extents_add (&q->extents, length,
                           hole ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0) ? 0 : 1;
 }
 
-/* Extents need no device I/O (SEEK_DATA/SEEK_HOLE): answered at once. */
+static void
+extents_reply (struct conn *c, struct req *q, int err)
+{
+  if (err < 0)
+    q->error = nbd_error_of_errno (err);
+  else {
+    /* No information is "data": always a safe answer. */
+    if (q->extents.n == 0)
+      nbd_extents_add (&q->extents, q->nbd.count, 0);
+    q->payload = q->buf;
+    q->payload_len = nbd_extents_finish (&q->extents, q->nbd.cookie);
+  }
+  reply (c, q);
+}
+
+static void
+on_extents_done (struct pdio_req *er, int err)
+{
+  struct req *q = container_of (er, struct req, er);
+  struct conn *c = q->c;
+
+  c->engine_inflight--;
+  if (err < 0)
+    worker_log (c->w, LOG_ERROR, "extents: %" PRIu32 " bytes at %" PRIu64
+                ": %s", q->nbd.count, q->nbd.offset, strerror (-err));
+  if (c->dead) {
+    req_free (q);
+    maybe_free (c);
+    return;
+  }
+  extents_reply (c, q, err);
+}
+
+/* SEEK_DATA/SEEK_HOLE may block (FUSE, NFS): the engine runs them off
+ * this thread and the reply goes out from the completion.
+ */
 static void
 block_status (struct conn *c, struct req *q)
 {
   const struct server_ctx *ctx = c->w->ctx;
   const struct nbd_request *r = &q->nbd;
   bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
-  struct nbd_extents x;
-  int err = 0;
 
-  nbd_extents_init (&x, q->buf,
+  nbd_extents_init (&q->extents, q->buf,
                     one ? 1 : (q->buf_len - NBD_BLOCK_STATUS_LEN (0)) / 8,
                     r->count);
-  if (ctx->can_extents)
-    err = pdio_extents (ctx->img, r->count, r->offset, one, add_extent, &x);
-  if (err < 0)
-    q->error = nbd_error_of_errno (err);
-  else {
-    /* No information is "data": always a safe answer. */
-    if (x.n == 0)
-      nbd_extents_add (&x, r->count, 0);
-    q->payload = q->buf;
-    q->payload_len = nbd_extents_finish (&x, r->cookie);
+  if (!ctx->can_extents) {
+    extents_reply (c, q, 0);
+    return;
   }
-  reply (c, q);
+  q->er = (struct pdio_req) {
+    .op = PDIO_OP_EXTENTS, .flags = one ? PDIO_REQ_ONE : 0,
+    .offset = r->offset, .count = r->count, .extent = add_extent,
+    .opaque = q, .done = on_extents_done,
+  };
+  c->engine_inflight++;
+  pdio_submit (thr (c), &q->er);
 }
 
 /* The pending header: refuse it, or get what it needs and start it; or
