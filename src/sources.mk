@@ -11,7 +11,8 @@ ENGINE_C = \
 	%reldir%/engine/pool.c %reldir%/engine/io.c %reldir%/engine/thread.c \
 	%reldir%/engine/req.c %reldir%/engine/sync.c \
 	%reldir%/engine/backend_uring.c %reldir%/engine/backend_psync.c \
-	%reldir%/engine/zero.c %reldir%/engine/extents.c
+	%reldir%/engine/zero.c %reldir%/engine/extents.c \
+	%reldir%/engine/helper.c
 ENGINE_H = \
 	%reldir%/engine/engine.h %reldir%/engine/engine_internal.h \
 	%reldir%/engine/geometry.h %reldir%/engine/dio_args.h \

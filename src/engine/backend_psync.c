@@ -1,7 +1,7 @@
 /* The psync backend: the same system calls done synchronously on the same
  * fds (preadv2/pwritev2 on the O_DIRECT one), for kernels and sandboxes
  * that refuse io_uring and for FUSE, where io_uring mishandles short
- * direct transfers.  ring.c runs them from poll, so completions still
+ * direct transfers.  thread.c runs them from poll, so completions still
  * arrive the way they do from the ring.
  */
 #include <config.h>

@@ -1,11 +1,14 @@
 /* The io_uring backend: how each system call of a request becomes an SQE
- * on the thread's ring (ring.c owns the ring and dispatches the CQEs).
+ * on the thread's ring (thread.c owns the ring and dispatches the CQEs).
  * The image is fixed file 0 and the pool fixed buffer 0 where registering
  * them worked; a transfer that is one run of the pool goes as
  * READ/WRITE_FIXED (no per-I/O page pinning), another single run as
- * READ/WRITE, anything else as READV/WRITEV.  fdatasync, fallocate and the tail's sync_file_range and
- * fadvise are io_uring opcodes too, so no step of a request blocks the
- * thread.
+ * READ/WRITE, anything else as READV/WRITEV.  fdatasync, fallocate and the
+ * tail's sync_file_range and fadvise are io_uring opcodes too.  What has
+ * no opcode runs on the engine's helper thread (helper.c: SEEK_DATA/
+ * SEEK_HOLE, BLKDISCARD), so no step of a request blocks the thread, with
+ * one exception: the fstat of a write's, zero's or flush's file check
+ * (engine_check_file), inline on every one of them.
  */
 #include <config.h>
 

@@ -2,7 +2,7 @@
  * checks every write makes, the range a write locks, and what the image
  * advertises and has counted.  A request's path is in req.c (see req.h
  * and docs/design.md); opening an image in open.c; threads and rings in
- * ring.c.
+ * thread.c; the helper thread for blocking calls in helper.c.
  */
 #include <config.h>
 
@@ -182,6 +182,7 @@ pdio_get_stats (const struct pdio_image *img, struct pdio_stats *s)
     .zero_fallocate = atomic_load (&c->zero_fallocate),
     .zero_written = atomic_load (&c->zero_written),
     .flushes = atomic_load (&c->flushes),
+    .helper_calls = atomic_load (&c->helper_calls),
   };
 }
 
@@ -192,8 +193,8 @@ pdio_format_stats (const struct pdio_stats *s, char *buf, size_t len)
             " bounced=%" PRIu64 " bounced_bytes=%" PRIu64 " rmw_blocks=%"
             PRIu64 " tail_writes=%" PRIu64 " short_io=%" PRIu64
             " zero_fallocate=%" PRIu64 " zero_written=%" PRIu64
-            " flushes=%" PRIu64,
+            " flushes=%" PRIu64 " helper_calls=%" PRIu64,
             s->reads, s->writes, s->direct, s->bounced, s->bounced_bytes,
             s->rmw_blocks, s->tail_writes, s->short_io, s->zero_fallocate,
-            s->zero_written, s->flushes);
+            s->zero_written, s->flushes, s->helper_calls);
 }

@@ -99,6 +99,7 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 #define PDIO_FUA       1u       /* durable before returning */
 #define PDIO_MAY_TRIM  2u       /* zero: may deallocate */
 #define PDIO_FAST_ZERO 4u       /* zero: fail with ENOTSUP rather than write */
+#define PDIO_REQ_ONE   8u       /* extents: the first extent only */
 
 /* ---- per-thread context ------------------------------------------------ */
 
@@ -157,8 +158,10 @@ struct io_uring_sqe;
  * (the engine then runs on psync and poll waits on an eventfd).
  */
 extern struct io_uring *pdio_thread_ring (struct pdio_thread *t);
-/* An SQE to fill; submits what is queued when the SQ is full.  NULL only
- * if there is no ring or submission itself fails.
+/* An SQE to fill.  When the SQ is full, submits what is queued; when the
+ * kernel takes nothing until the CQ has room, reaps completions first
+ * (they are dispatched by the next pdio_thread_poll, never inside this
+ * call).  NULL only if there is no ring or submission itself fails.
  */
 extern struct io_uring_sqe *pdio_thread_sqe (struct pdio_thread *t);
 
@@ -203,9 +206,15 @@ extern void pdio_thread_on_buf_free (struct pdio_thread *t,
 
 enum pdio_op {
   PDIO_OP_READ, PDIO_OP_WRITE, PDIO_OP_ZERO, PDIO_OP_TRIM, PDIO_OP_FLUSH,
-  PDIO_OP_EXTENTS,              /* pdio_check_range only: extents are the
-                                   synchronous pdio_extents */
+  PDIO_OP_EXTENTS,              /* data and holes of [offset, offset+count):
+                                   req->extent, see below */
 };
+
+/* One extent of an EXTENTS request (or of pdio_extents): non-zero stops
+ * the request (negative: as its error).
+ */
+typedef int (*pdio_extent_fn) (void *opaque, uint64_t offset,
+                               uint64_t length, bool hole);
 
 /* The engine's state of a request; its layout is private to src/req.c. */
 #define PDIO_REQ_PRIVATE_SIZE 1536
@@ -226,6 +235,11 @@ struct pdio_req {
   void *buf;                    /* READ/WRITE: any memory; pool memory that
                                    is aligned as the geometry wants goes
                                    direct (no copy) */
+  /* EXTENTS: called with opaque for each extent, in order, from
+   * pdio_thread_poll on this thread (SEEK_DATA/SEEK_HOLE run on the
+   * engine's helper thread, never on the caller's).
+   */
+  pdio_extent_fn extent;
   /* 0 or -errno, exactly once, always from pdio_thread_poll (never from
    * inside pdio_submit).  The request may be freed or reused in it.
    */
@@ -264,13 +278,13 @@ extern int pdio_trim (struct pdio_thread *t, size_t count, uint64_t offset,
                       unsigned flags);
 extern int pdio_flush (struct pdio_thread *t);
 
-/* Synchronous (lseek SEEK_DATA/SEEK_HOLE, no device I/O), any thread.
- * Reports [offset, offset+count) as a run of data and hole extents, in
- * order, through add(); stops early when add() returns non-zero or, with
+/* Blocking (lseek SEEK_DATA/SEEK_HOLE on the calling thread, no device
+ * I/O), any thread: for a front end whose threads may block (the nbdkit
+ * plugin); an event loop submits PDIO_OP_EXTENTS instead.  Reports
+ * [offset, offset+count) as a run of data and hole extents, in order,
+ * through add(); stops early when add() returns non-zero or, with
  * req_one, after the first extent.
  */
-typedef int (*pdio_extent_fn) (void *opaque, uint64_t offset,
-                               uint64_t length, bool hole);
 extern int pdio_extents (struct pdio_image *img, size_t count,
                          uint64_t offset, bool req_one,
                          pdio_extent_fn add, void *opaque);
@@ -289,6 +303,8 @@ struct pdio_stats {
   uint64_t zero_fallocate;      /* zero/trim requests done by fallocate */
   uint64_t zero_written;        /* bytes of zeroes written out */
   uint64_t flushes;
+  uint64_t helper_calls;        /* blocking calls run on the helper thread
+                                   (extents batches, block-device discards) */
 };
 extern void pdio_get_stats (const struct pdio_image *img,
                             struct pdio_stats *stats);

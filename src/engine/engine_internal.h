@@ -30,7 +30,26 @@ struct engine_counters {
   _Atomic uint64_t reads, writes, direct, bounced, bounced_bytes;
   _Atomic uint64_t rmw_blocks, tail_writes;
   _Atomic uint64_t zero_fallocate, zero_written, flushes;
+  _Atomic uint64_t helper_calls;
   struct io_counters io;
+};
+
+/* A blocking call for the helper thread (helper.c): run() there, then
+ * done.fn on t, from its poll.
+ */
+struct helper_job {
+  struct helper_job *next;
+  void (*run) (struct helper_job *j);
+  struct pdio_thread *t;
+  struct thread_work done;
+};
+
+struct helper {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  struct helper_job *head, **tail;
+  bool started, stop;
+  pthread_t tid;
 };
 
 struct pdio_image {
@@ -47,6 +66,7 @@ struct pdio_image {
   bool bounce_canary;           /* see pdio_config */
   atomic_bool told_changed;     /* logged that the file shrank or went */
   struct range_lock lock;
+  struct helper helper;         /* blocking calls, off the workers */
   atomic_uint threads;          /* pdio_threads alive */
   struct pdio_log log;
   char *zero_mem;               /* ZERO_LEN + GEOMETRY_PAGE zero bytes */
@@ -62,6 +82,13 @@ struct bounce_wait {
   void (*granted) (struct bounce_wait *w, void *mem);   /* from poll */
 };
 
+/* A CQE's contents, taken off the CQ. */
+struct cqe_copy {
+  struct pdio_completion *c;
+  int res;
+  uint32_t flags;
+};
+
 /* One worker thread's engine state; see engine.h.  Only its owner thread
  * touches it, except remote_* (under remote_lock).
  */
@@ -73,7 +100,7 @@ struct pdio_thread {
   bool file_on_ring;            /* the image's I/O goes on the ring */
   bool fixed_file;              /* the image is registered file 0 */
   bool fixed_buf;               /* the pool is registered buffer 0 */
-  bool on_valgrind;             /* waits never sleep in the ring (ring.c) */
+  bool on_valgrind;             /* waits never sleep in the ring (thread.c) */
   const struct io_backend *backend;   /* when !file_on_ring */
   void *backend_state;
   struct psync_files files;
@@ -95,6 +122,14 @@ struct pdio_thread {
   int efd;                      /* eventfd: remote work arrived */
   uint64_t efd_value;
   struct pdio_completion efd_comp;
+
+  /* CQEs reaped to make CQ room while an SQE was wanted, for the next
+   * poll to dispatch (pdio_thread_sqe).
+   */
+  struct cqe_copy *stash;
+  size_t stash_n, stash_cap;
+  unsigned fault_busy;          /* tests: submits that fail with EBUSY */
+  bool fault_busy_owed;         /* ... until CQEs are reaped */
 
   unsigned requests;            /* in flight, for pdio_thread_free */
   bool counted;                 /* in img->threads */
@@ -133,23 +168,39 @@ extern int engine_check_file (struct pdio_image *img, uint64_t end);
 extern void engine_whole_units (const struct pdio_image *img, uint64_t offset,
                                 uint64_t end, uint64_t *u0, uint64_t *u1);
 
-/* Pool memory for a request's bounce (ring.c).  NULL when short: the
+/* Pool memory for a request's bounce (thread.c).  NULL when short: the
  * request is then queued (thread_wait_bounce) and resumed when memory
  * comes back.
  */
 extern void *thread_get_bounce (struct pdio_thread *t, size_t len);
 extern void thread_put_bounce (struct pdio_thread *t, void *mem, size_t len);
 extern void thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w);
-/* Sleeps until another thread queued work for t (a range lock grant).
+/* Sleeps until another thread queued work for t (a range lock grant, a
+ * helper thread's call done).
  * For the start-and-wait API while its request waits for a range: a plain
  * futex wait, not a ring wait that depends on another thread (valgrind,
  * for one, holds its big lock across io_uring_enter).
  */
 extern void thread_wait_remote (struct pdio_thread *t);
-/* Is r queued behind another range (req.c)? */
-extern bool req_waits_for_lock (struct pdio_req *r);
+/* Does r wait for another thread: queued behind another range, or a
+ * call of it on the helper thread (req.c)?
+ */
+extern bool req_waits_remote (struct pdio_req *r);
 
-/* Can this process use io_uring at all?  0 or -errno (ring.c). */
+/* The helper thread (helper.c).  helper_queue: j->run on the helper,
+ * then j->done.fn on j->t from its poll; never inline.
+ */
+extern void helper_init (struct helper *h);
+extern void helper_queue (struct pdio_image *img, struct helper_job *j);
+extern void helper_destroy (struct helper *h);
+
+/* For tests: the next n submits of pdio_thread_sqe with a full SQ fail
+ * with EBUSY, each until the thread reaps completions, as the kernel's
+ * do while its CQ overflows.
+ */
+extern void thread_fault_busy (struct pdio_thread *t, unsigned n);
+
+/* Can this process use io_uring at all?  0 or -errno (thread.c). */
 extern int backend_uring_available (void);
 /* For tests: the image's I/O through b (synchronous) instead of the ring. */
 extern void thread_set_backend (struct pdio_thread *t,

@@ -27,7 +27,10 @@
 
 /* At most this many transfers of one request are in flight (two RMW reads). */
 #define IO_MAX_OPS 2
-/* Iovecs one transfer may need: head block, middle, tail block. */
+/* Iovecs one transfer may need: a chunk has at most three segments (head
+ * bounce block, the client's middle, tail bounce block), each one run of
+ * memory and so one iovec; the fourth is spare.
+ */
 #define IO_MAX_IOV 4
 /* Give up on a transfer that keeps failing with EINTR or EAGAIN. */
 #define IO_MAX_RETRIES 1000

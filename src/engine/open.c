@@ -305,6 +305,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   img->bounce_canary = cfg->bounce_canary;
   img->log = cfg->log;
   range_lock_init (&img->lock);
+  helper_init (&img->helper);
   img->file = strdup (cfg->file ? cfg->file : "");
   if (img->file == NULL) {
     r = -ENOMEM;
@@ -393,6 +394,8 @@ pdio_close (struct pdio_image *img)
   if (threads)
     engine_error (img, "%s: closed with %u engine threads still alive",
                   img->file, threads);
+  /* No job can be queued: every request is done. */
+  helper_destroy (&img->helper);
   if (img->zero_mem)
     munmap (img->zero_mem, ZERO_LEN + GEOMETRY_PAGE);
   /* Release the image lock now: a ring still being torn down by the kernel

@@ -10,7 +10,7 @@
  * a write, partial head and tail blocks are read first (read-modify-write);
  * the caller holds the range lock over the rounded-out span while it does.
  *
- * The planner is pure: it decides, the executor in engine.c does.  One
+ * The planner is pure: it decides, the executor in req.c (rw_run) does.  One
  * chunk is planned at a time from a byte count into the request, so there
  * is no cursor to leave half-advanced.
  */

@@ -154,9 +154,9 @@ lock_then (struct req_state *rs, uint64_t offset, uint64_t count,
 }
 
 bool
-req_waits_for_lock (struct pdio_req *r)
+req_waits_remote (struct pdio_req *r)
 {
-  return state_of (r)->lock_waiting;
+  return state_of (r)->lock_waiting || state_of (r)->helper_waiting;
 }
 
 /* ---- direct I/O, chunk by chunk ----------------------------------------------- */
@@ -590,6 +590,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   rs->img = img;
   rs->locked = false;
   rs->lock_waiting = false;
+  rs->helper_waiting = false;
   rs->bounce = NULL;
   rs->err = 0;
   t->requests++;
@@ -643,7 +644,18 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     req_issue (rs, SYSOP_FDATASYNC, 0, 0, 0, flush_synced);
     return;
 
-  case PDIO_OP_EXTENTS:         /* synchronous: pdio_extents */
+  case PDIO_OP_EXTENTS:
+    if (r->count == 0)
+      break;
+    if (r->extent == NULL || img->geo.blockdev) {
+      err = -EINVAL;
+      break;
+    }
+    rs->ext.pos = rs->ext.reported = r->offset;
+    rs->ext.end = r->offset + r->count;
+    extents_start (rs);
+    return;
+
   default:
     err = -EINVAL;
     break;

@@ -19,6 +19,9 @@
 #include "engine_internal.h"
 #include "plan.h"
 
+/* Extents one helper-thread trip finds at most. */
+#define EXT_BATCH 32
+
 struct req_state;
 typedef void req_step (struct req_state *rs);
 typedef void req_op_step (struct req_state *rs, int res);
@@ -34,6 +37,8 @@ struct req_state {
   struct range_lock_entry lock;
   bool locked;
   bool lock_waiting;            /* queued behind another range */
+  bool helper_waiting;          /* a call of it runs on the helper thread */
+  struct helper_job job;
   req_step *after_lock;
 
   /* write_range: a write of any range, direct part then image tail. */
@@ -58,7 +63,27 @@ struct req_state {
   char *bounce;                 /* this chunk's, from the pool */
   size_t bounce_len;
   struct bounce_wait bwait;
-  struct xfer xf[IO_MAX_OPS];
+  /* A request's transfers, or (extents, discard) its helper-thread call:
+   * never both.
+   */
+  union {
+    struct xfer xf[IO_MAX_OPS];
+    /* Extents: [pos, end) is left to map, reported is where the next
+     * extent reported starts; a batch found by the helper thread.
+     */
+    struct {
+      uint64_t pos, end, reported;
+      uint64_t len[EXT_BATCH];
+      bool hole[EXT_BATCH];
+      unsigned n;
+      int err;
+    } ext;
+    /* Trim of a block device: BLKDISCARD's range and result. */
+    struct {
+      uint64_t range[2];
+      int res;
+    } discard;
+  };
   unsigned xf_pending;
   req_step *after_xfer;
 
@@ -104,5 +129,7 @@ extern void req_write_range (struct req_state *rs, const char *buf,
 
 /* zero.c */
 extern req_step zero_locked, trim_locked;
+/* extents.c: the next batch of rs->ext on the helper thread. */
+extern req_step extents_start;
 
 #endif /* PDIO_REQ_H */

@@ -37,10 +37,11 @@ wait_for (struct pdio_thread *t, struct pdio_req *r, bool raw)
   while (!w->finished) {
     int n;
 
-    /* Queued behind another thread's range: nothing of ours is on the
-     * ring, and the grant comes from that thread.
+    /* Queued behind another thread's range, or its call runs on the
+     * helper thread: nothing of ours is on the ring, and the news comes
+     * from that thread.
      */
-    if (req_waits_for_lock (r))
+    if (req_waits_remote (r))
       thread_wait_remote (t);
     n = pdio_thread_poll (t, 1, NULL);
 

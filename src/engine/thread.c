@@ -9,7 +9,8 @@
  * pool memory, a done() callback -- goes on the deferred FIFO, which poll
  * runs too, so a request's callbacks always come from poll.
  *
- * Another thread can only ever hand this thread work (a range lock grant):
+ * Another thread can only ever hand this thread work (a range lock grant,
+ * a helper thread's call done):
  * it goes on the remote list under a mutex, and an eventfd that the ring
  * always has a read pending on wakes the owner.
  */
@@ -220,45 +221,38 @@ pdio_thread_ring (struct pdio_thread *t)
   return t->have_ring ? &t->ring : NULL;
 }
 
-struct io_uring_sqe *
-pdio_thread_sqe (struct pdio_thread *t)
-{
-  struct io_uring_sqe *sqe;
-
-  if (!t->have_ring)
-    return NULL;
-  sqe = io_uring_get_sqe (&t->ring);
-  while (sqe == NULL) {
-    int r = io_uring_submit (&t->ring);
-
-    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
-      return NULL;
-    sqe = io_uring_get_sqe (&t->ring);
-  }
-  return sqe;
-}
-
 #define CQE_BATCH 64
 
-/* Dispatches every CQE there is. */
+/* Dispatches the stash (CQEs taken off the CQ while an SQE was wanted),
+ * then every CQE there is.
+ */
 static int
 reap (struct pdio_thread *t)
 {
   struct io_uring_cqe *cqes[CQE_BATCH];
   int n = 0;
-  unsigned got, i;
+  unsigned got;
+  size_t i;
 
+  /* By index: a handler may stash more (and move the array). */
+  for (i = 0; i < t->stash_n; i++) {
+    struct cqe_copy e = t->stash[i];
+
+    if (e.c)
+      e.c->fn (e.c, e.res, e.flags);
+    n++;
+  }
+  t->stash_n = 0;
   while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
-    struct { struct pdio_completion *c; int res; uint32_t flags; } batch[CQE_BATCH];
+    struct cqe_copy batch[CQE_BATCH];
 
     /* Copy, then advance the CQ before any handler runs: handlers queue
      * SQEs and may be slow; the kernel can post again meanwhile.
      */
-    for (i = 0; i < got; i++) {
-      batch[i].c = io_uring_cqe_get_data (cqes[i]);
-      batch[i].res = cqes[i]->res;
-      batch[i].flags = cqes[i]->flags;
-    }
+    for (i = 0; i < got; i++)
+      batch[i] = (struct cqe_copy) {
+        io_uring_cqe_get_data (cqes[i]), cqes[i]->res, cqes[i]->flags,
+      };
     io_uring_cq_advance (&t->ring, got);
     for (i = 0; i < got; i++)
       if (batch[i].c)
@@ -266,6 +260,94 @@ reap (struct pdio_thread *t)
     n += got;
   }
   return n;
+}
+
+/* Takes every CQE there is off the CQ into the stash, undispatched: the
+ * caller is in the middle of a step (a front end's handler, a request
+ * being started), and handlers must not run inside it.  The next reap
+ * dispatches the stash first.  Returns how many, or -ENOMEM.
+ */
+static int
+stash_cqes (struct pdio_thread *t)
+{
+  struct io_uring_cqe *cqes[CQE_BATCH];
+  unsigned got, i;
+  int n = 0;
+
+  /* DEFER_TASKRUN posts completions only when asked to. */
+  io_uring_get_events (&t->ring);
+  t->fault_busy_owed = false;
+  while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
+    if (t->stash_n + got > t->stash_cap) {
+      size_t cap = t->stash_cap ? t->stash_cap * 2 : 2 * CQE_BATCH;
+      struct cqe_copy *p;
+
+      while (cap < t->stash_n + got)
+        cap *= 2;
+      p = realloc (t->stash, cap * sizeof *p);
+      if (p == NULL)
+        return -ENOMEM;
+      t->stash = p;
+      t->stash_cap = cap;
+    }
+    for (i = 0; i < got; i++)
+      t->stash[t->stash_n++] = (struct cqe_copy) {
+        io_uring_cqe_get_data (cqes[i]), cqes[i]->res, cqes[i]->flags,
+      };
+    io_uring_cq_advance (&t->ring, got);
+    n += got;
+  }
+  return n;
+}
+
+static int
+ring_submit (struct pdio_thread *t)
+{
+  /* For the tests: the kernel refusing submissions until the CQ has
+   * room, as it does while completions overflow.
+   */
+  if (t->fault_busy_owed)
+    return -EBUSY;
+  if (t->fault_busy) {
+    t->fault_busy--;
+    t->fault_busy_owed = true;
+    return -EBUSY;
+  }
+  return io_uring_submit (&t->ring);
+}
+
+struct io_uring_sqe *
+pdio_thread_sqe (struct pdio_thread *t)
+{
+  struct io_uring_sqe *sqe;
+  unsigned idle = 0;
+
+  if (!t->have_ring)
+    return NULL;
+  sqe = io_uring_get_sqe (&t->ring);
+  while (sqe == NULL) {
+    int r = ring_submit (t);
+
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+      return NULL;
+    if (r <= 0) {
+      /* Nothing went in: the kernel wants CQ room first.  Reap into the
+       * stash; with nothing to reap, retrying cannot help for long.
+       */
+      int got = stash_cqes (t);
+
+      if (got < 0 || (got == 0 && ++idle > 3))
+        return NULL;
+    }
+    sqe = io_uring_get_sqe (&t->ring);
+  }
+  return sqe;
+}
+
+void
+thread_fault_busy (struct pdio_thread *t, unsigned n)
+{
+  t->fault_busy = n;
 }
 
 /* valgrind (3.19, Debian 12's) does not know that io_uring_enter can
@@ -321,7 +403,7 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
   /* Never sleep when the engine's own work did something (it may have
    * finished the request the caller waits for) or has more to do.
    */
-  bool engine_busy = run_deferred (t) || t->work ||
+  bool engine_busy = run_deferred (t) || t->work || t->stash_n ||
     atomic_load (&t->remote_pending);
 
   if (engine_busy)
@@ -352,7 +434,8 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
                                           (struct __kernel_timespec *) timeout,
                                           NULL);
   }
-  else if (engine_busy && io_uring_sq_ready (&t->ring) == 0)
+  else if (engine_busy && io_uring_sq_ready (&t->ring) == 0 &&
+           t->stash_n == 0)
     /* Only our own work ran (psync: the whole request): no system call;
      * CQEs already posted are reaped below, the rest by the next poll.
      */
@@ -562,6 +645,7 @@ pdio_thread_free (struct pdio_thread *t)
   if (t->counted)
     atomic_fetch_sub (&t->img->threads, 1);
   pool_destroy (&t->pool);
+  free (t->stash);
   /* Another thread that granted us a range may still be inside
    * thread_defer_any (its work already taken): wait until it has left.
    */

@@ -255,6 +255,28 @@ trim_punched (struct req_state *rs, int res)
   trim_done (rs, res);
 }
 
+/* On the helper thread. */
+static void
+discard_run (struct helper_job *j)
+{
+  struct req_state *rs = container_of (j, struct req_state, job);
+
+  rs->discard.res = 0;
+  if (ioctl (rs->img->fd, BLKDISCARD, rs->discard.range) == -1 &&
+      !unsupported (errno))
+    rs->discard.res = -errno;
+}
+
+/* Back on the request's thread, from poll. */
+static void
+discard_done (struct thread_work *w)
+{
+  struct req_state *rs = container_of (w, struct req_state, job.done);
+
+  rs->helper_waiting = false;
+  trim_done (rs, rs->discard.res);
+}
+
 void
 trim_locked (struct req_state *rs)
 {
@@ -264,15 +286,16 @@ trim_locked (struct req_state *rs)
   engine_whole_units (img, rs->r->offset, rs->r->offset + rs->r->count,
                       &u0, &u1);
   if (u0 < u1 && img->geo.blockdev) {
-    /* No io_uring opcode for a discard on the kernels we support: the
-     * ioctl, synchronously (rare, and the device answers quickly).
+    /* No io_uring opcode for a discard on the kernels we support, and the
+     * ioctl waits for the device: on the helper thread.
      */
-    uint64_t range[2] = { u0, u1 - u0 };
-    int res = 0;
-
-    if (ioctl (img->fd, BLKDISCARD, range) == -1 && !unsupported (errno))
-      res = -errno;
-    trim_done (rs, res);
+    rs->discard.range[0] = u0;
+    rs->discard.range[1] = u1 - u0;
+    rs->job.run = discard_run;
+    rs->job.t = rs->t;
+    rs->job.done.fn = discard_done;
+    rs->helper_waiting = true;
+    helper_queue (img, &rs->job);
   }
   else if (u0 < u1 && !atomic_load (&img->no_punch))
     req_issue (rs, SYSOP_FALLOCATE,

@@ -1,6 +1,6 @@
 /* NBD commands as engine work: a checked request becomes an engine
- * request (pdio_submit) or, for BLOCK_STATUS, an answer from the image's
- * extents; either way it ends in conn_cmd_done, and nbd_cmd_reply turns
+ * request (pdio_submit; for BLOCK_STATUS an extents request); it ends in
+ * conn_cmd_done, and nbd_cmd_reply turns
  * the result into the reply's bytes.  No socket I/O here: that is the
  * connection's (conn.c).
  */
@@ -81,13 +81,37 @@ submit_engine (struct nbd_cmd *cmd)
 static int
 add_extent (void *opaque, uint64_t offset, uint64_t length, bool hole)
 {
+  struct nbd_cmd *cmd = opaque;
+
   (void) offset;
-  return nbd_extents_add (opaque, length,
+  return nbd_extents_add (&cmd->extents, length,
                           hole ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0) ? 0 : 1;
 }
 
-/* The reply chunk, built in cmd's buf.  Extents need no device I/O
- * (SEEK_DATA/SEEK_HOLE): answered at once.
+/* The reply chunk, built in cmd's buf. */
+static void
+on_extents_done (struct pdio_req *er, int err)
+{
+  struct nbd_cmd *cmd = container_of (er, struct nbd_cmd, er);
+  const struct nbd_request *r = &cmd->nbd;
+
+  if (err < 0) {
+    worker_log (cmd->w, LOG_ERROR, "extents: %" PRIu32 " bytes at %" PRIu64
+                ": %s", r->count, r->offset, strerror (-err));
+    cmd->error = nbd_error_of_errno (err);
+  }
+  else {
+    /* No information is "data": always a safe answer. */
+    if (cmd->extents.n == 0)
+      nbd_extents_add (&cmd->extents, r->count, 0);
+    cmd->payload = cmd->buf;
+    cmd->payload_len = nbd_extents_finish (&cmd->extents, r->cookie);
+  }
+  conn_cmd_done (cmd);
+}
+
+/* SEEK_DATA/SEEK_HOLE may block (FUSE, NFS): the engine runs them off
+ * this thread, and the reply is built from the completion.
  */
 static void
 block_status (struct nbd_cmd *cmd)
@@ -95,24 +119,20 @@ block_status (struct nbd_cmd *cmd)
   const struct server_ctx *ctx = cmd->w->ctx;
   const struct nbd_request *r = &cmd->nbd;
   bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
-  struct nbd_extents x;
-  int err = 0;
 
-  nbd_extents_init (&x, cmd->buf,
+  nbd_extents_init (&cmd->extents, cmd->buf,
                     one ? 1 : (cmd->buf_len - NBD_BLOCK_STATUS_LEN (0)) / 8,
                     r->count);
-  if (ctx->can_extents)
-    err = pdio_extents (ctx->img, r->count, r->offset, one, add_extent, &x);
-  if (err < 0)
-    cmd->error = nbd_error_of_errno (err);
-  else {
-    /* No information is "data": always a safe answer. */
-    if (x.n == 0)
-      nbd_extents_add (&x, r->count, 0);
-    cmd->payload = cmd->buf;
-    cmd->payload_len = nbd_extents_finish (&x, r->cookie);
+  if (!ctx->can_extents) {
+    on_extents_done (&cmd->er, 0);
+    return;
   }
-  conn_cmd_done (cmd);
+  cmd->er = (struct pdio_req) {
+    .op = PDIO_OP_EXTENTS, .flags = one ? PDIO_REQ_ONE : 0,
+    .offset = r->offset, .count = r->count, .extent = add_extent,
+    .opaque = cmd, .done = on_extents_done,
+  };
+  pdio_submit (cmd->w->t, &cmd->er);
 }
 
 void

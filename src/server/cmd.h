@@ -32,6 +32,7 @@ struct nbd_cmd {
   uint8_t hdr_len;
   const void *payload;
   size_t payload_len;
+  struct nbd_extents extents;   /* BLOCK_STATUS: built in buf */
 };
 
 /* The pool memory a command needs for a request that passed

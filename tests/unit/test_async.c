@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "req.h"                /* EXT_BATCH */
 #include "mem_backend.h"
 #include "unit.h"
 
@@ -779,6 +780,180 @@ test_mem_disk (uint32_t align, unsigned eio_every)
   free (disk.data);
 }
 
+/* ---- extents off the worker, and a ring that refuses submissions ------- */
+
+struct slot_count {
+  unsigned done;
+};
+
+static void
+count_done (struct pdio_req *r, int err)
+{
+  struct slot_count *c = r->opaque;
+
+  CHECK (err == 0, "request: %s", strerror (-err));
+  c->done++;
+}
+
+struct ext_ctx {
+  pthread_t owner;
+  uint64_t next;                /* where the next extent must start */
+  unsigned n, data;
+  bool done;
+  int err;
+};
+
+static int
+ext_add (void *opaque, uint64_t off, uint64_t len, bool hole)
+{
+  struct ext_ctx *x = opaque;
+
+  CHECK (pthread_equal (pthread_self (), x->owner),
+         "an extent was reported on another thread");
+  CHECK (off == x->next && len > 0, "extent %" PRIu64 "+%" PRIu64
+         ", expected it at %" PRIu64, off, len, x->next);
+  x->next = off + len;
+  x->n++;
+  x->data += !hole;
+  return 0;
+}
+
+static void
+ext_done (struct pdio_req *r, int err)
+{
+  struct ext_ctx *x = r->opaque;
+
+  x->err = err;
+  x->done = true;
+}
+
+/* EXTENTS is a request like the others: its lseeks run on the engine's
+ * helper thread, its extents are reported from poll on the submitting
+ * thread, in order and covering the range, over several helper trips
+ * (more extents than one batch holds), while reads submitted after it on
+ * the same thread complete meanwhile.
+ */
+static void
+test_extents_async (void)
+{
+  char path[4200];
+  const uint64_t size = 4 << 20;
+  struct pdio_image *img;
+  struct pdio_thread *t;
+  struct pdio_stats st0, st1;
+  struct pdio_req er, rr[8];
+  struct ext_ctx x = { .owner = pthread_self () };
+  struct slot_count reads = { 0 };
+  unsigned char *buf = aligned_alloc (4096, 8 * 4096);
+  unsigned i;
+  int fd;
+
+  snprintf (path, sizeof path, "%s/extents.img", dir);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  CHECK (fd >= 0 && ftruncate (fd, size) == 0, "%s: %m", path);
+  memset (buf, 1, 4096);
+  /* 3 * EXT_BATCH data extents, a hole after each. */
+  for (i = 0; i < 3 * EXT_BATCH; i++)
+    CHECK (pwrite (fd, buf, 4096, (uint64_t) i * 16384) == 4096, "pwrite");
+  close (fd);
+  img = open_image (path, PDIO_BACKEND_DEFAULT, 0);
+  CHECK (pdio_thread_new (img, NULL, &t) == 0, "pdio_thread_new");
+  pdio_get_stats (img, &st0);
+
+  er = (struct pdio_req) { .op = PDIO_OP_EXTENTS, .offset = 0,
+                           .count = size, .extent = ext_add, .opaque = &x,
+                           .done = ext_done };
+  pdio_submit (t, &er);
+  CHECK (x.n == 0 && !x.done, "extents reported from inside pdio_submit");
+  for (i = 0; i < 8; i++) {
+    rr[i] = (struct pdio_req) { .op = PDIO_OP_READ, .offset = i * 16384,
+                                .count = 4096, .buf = buf + i * 4096,
+                                .done = count_done, .opaque = &reads };
+    pdio_submit (t, &rr[i]);
+  }
+  while (!x.done || reads.done < 8) {
+    int n = pdio_thread_poll (t, 1, NULL);
+
+    CHECK (n >= 0, "poll: %s", strerror (-n));
+  }
+  CHECK (x.err == 0, "extents: %s", strerror (-x.err));
+  CHECK (x.next == size, "the extents end at %" PRIu64, x.next);
+  CHECK (x.data == 3 * EXT_BATCH && x.n == 6 * EXT_BATCH,
+         "%u extents, %u of data", x.n, x.data);
+  pdio_get_stats (img, &st1);
+  CHECK (st1.helper_calls - st0.helper_calls >= 6,
+         "only %" PRIu64 " helper-thread calls for %u extents",
+         st1.helper_calls - st0.helper_calls, x.n);
+
+  /* REQ_ONE: one extent, one call. */
+  x = (struct ext_ctx) { .owner = pthread_self () };
+  er = (struct pdio_req) { .op = PDIO_OP_EXTENTS, .flags = PDIO_REQ_ONE,
+                           .offset = 4096, .count = size - 4096,
+                           .extent = ext_add, .opaque = &x, .done = ext_done };
+  x.next = 4096;
+  pdio_submit (t, &er);
+  while (!x.done)
+    CHECK (pdio_thread_poll (t, 1, NULL) >= 0, "poll");
+  CHECK (x.err == 0 && x.n == 1 && x.data == 0 && x.next == 16384,
+         "REQ_ONE: %u extents to %" PRIu64, x.n, x.next);
+  pdio_thread_free (t);
+  pdio_close (img);
+  unlink (path);
+  free (buf);
+}
+
+/* The kernel refuses submissions (EBUSY) while its CQ is full, until
+ * completions are reaped: with a 4-entry ring and many requests, every
+ * SQE wanted finds the SQ full; each submit fails until pdio_thread_sqe
+ * reaps.  Every request still completes once, with the right data.
+ */
+static void
+test_full_ring (void)
+{
+  char path[4200];
+  const unsigned n = 64;
+  struct pdio_image *img;
+  struct pdio_thread *t;
+  struct pdio_req rr[64];
+  struct slot_count reads = { 0 };
+  unsigned char *buf = aligned_alloc (4096, 64 * 4096);
+  unsigned char *want = malloc (64 * 4096);
+  unsigned i;
+  int fd;
+
+  snprintf (path, sizeof path, "%s/ring.img", dir);
+  for (i = 0; i < 64 * 4096; i++)
+    want[i] = (unsigned char) unit_rand (&seed);
+  fd = open (path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  CHECK (fd >= 0 && pwrite (fd, want, 64 * 4096, 0) == 64 * 4096, "%m");
+  close (fd);
+  img = open_image (path, PDIO_BACKEND_URING, 0);
+  CHECK (pdio_thread_new (img, &(struct pdio_thread_config) {
+                            .ring_entries = 4 }, &t) == 0, "thread");
+  thread_fault_busy (t, 1000);
+  memset (buf, 0, 64 * 4096);
+  for (i = 0; i < n; i++) {
+    rr[i] = (struct pdio_req) { .op = PDIO_OP_READ,
+                                .offset = (uint64_t) (n - 1 - i) * 4096,
+                                .count = 4096, .buf = buf + i * 4096,
+                                .done = count_done, .opaque = &reads };
+    pdio_submit (t, &rr[i]);
+    if (i % 16 == 15)
+      CHECK (pdio_thread_poll (t, 0, NULL) >= 0, "poll");
+  }
+  while (reads.done < n)
+    CHECK (pdio_thread_poll (t, 1, NULL) >= 0, "poll");
+  for (i = 0; i < n; i++)
+    CHECK (memcmp (buf + i * 4096, want + (n - 1 - i) * 4096, 4096) == 0,
+           "read %u got the wrong data", i);
+  CHECK (t->fault_busy < 1000, "the SQ never filled: nothing tested");
+  pdio_thread_free (t);
+  pdio_close (img);
+  unlink (path);
+  free (buf);
+  free (want);
+}
+
 int
 main (void)
 {
@@ -806,6 +981,8 @@ main (void)
   test_mem_disk (4096, 0);
   test_mem_disk (512, 11);
   test_zero_copy ();
+  test_extents_async ();
+  test_full_ring ();
   test_backpressure (PDIO_BACKEND_DEFAULT);
   test_backpressure (PDIO_BACKEND_PSYNC);
   test_threads (PDIO_BACKEND_DEFAULT, 0);
