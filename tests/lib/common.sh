@@ -83,6 +83,7 @@
 #   server_exited_clean          after stop_server_status: server_log_clean
 #                                (tap.sh) of the last server
 #   tap_done                     print the plan ("1..N"); call last
+#   valgrind_logs_empty and valgrind_wrap: tests/valgrind/lib.sh
 #
 # Variables: $PLUGIN (plugin under test), $tools (the built C clients:
 # shadow_io, interleave_io, nbdreq, mkimage), $nbdkit_flags (-f -v and the
@@ -114,22 +115,6 @@ fail ()
 {
     echo "FAIL: $*" >&2
     exit 1
-}
-
-# valgrind_logs_empty DIR: fails, showing it, on any non-empty valgrind.*
-# log in DIR (valgrind --log-file=DIR/valgrind.%p); sets vg_logs to how
-# many logs there were, for the caller's own count check.
-valgrind_logs_empty ()
-{
-    vg_logs=0
-    for f in "$1"/valgrind.*; do
-        [ -e "$f" ] || continue
-        vg_logs=$((vg_logs + 1))
-        if [ -s "$f" ]; then
-            cat "$f"
-            fail "valgrind reported errors ($f)"
-        fi
-    done
 }
 
 hard_error ()
