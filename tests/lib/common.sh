@@ -4,7 +4,7 @@
 #     . "$TESTS_SRCDIR/lib/common.sh"
 #
 # It sources tests/lib/tap.sh, the TAP emitter (tap_case, detail,
-# tap_done) and the helpers shared with the VM guest (wait_until,
+# tap_plan) and the helpers shared with the VM guest (wait_until,
 # fincore_pages, fincore_zero, write_files, verify_files, fio_pass,
 # server_log_clean, nbdkit_send_abort): see there.
 #
@@ -23,6 +23,8 @@
 #   PDIO_TEST_TMPDIR  parent of the per-test temporary directory (default
 #                     /var/tmp; refused if it is on tmpfs: the tests need a
 #                     real file system with O_DIRECT, holes and a page cache)
+#   PDIO_TEST_PDIO    test this pdio(1) (default: the build tree's)
+#   PDIO_TEST_CLIENT_TIMEOUT  run_client's limit in seconds (default 180)
 #
 # Exit codes follow automake: 0 pass, 1 fail, 99 hard error (the test could
 # not run).  Nothing here ever skips: a skipped test is a failed suite.
@@ -46,6 +48,7 @@
 #                                --socket $sock with ARGS translated.
 #   stop_server                  SIGTERM, wait; fails unless it exits 0
 #   stop_server_status           the same, but only sets $server_status
+#   nbdkit_version               $NBDKIT's version, such as 1.32.5
 #   expect_start_failure LOG ARGS...  nbdkit ARGS must refuse to start
 #   log_has LOG STRING...        LOG contains each STRING (fixed strings);
 #                                fails showing the log otherwise
@@ -82,12 +85,14 @@
 #                                (--exit-with-parent).
 #   server_exited_clean          after stop_server_status: server_log_clean
 #                                (tap.sh) of the last server
-#   tap_done                     print the plan ("1..N"); call last
+#   tap_done                     print the plan ("1..N", tap_plan); call
+#                                last
 #   valgrind_logs_empty and valgrind_wrap: tests/valgrind/lib.sh
 #
-# Variables: $PLUGIN (plugin under test), $tools (the built C clients:
-# shadow_io, interleave_io, nbdreq, mkimage), $nbdkit_flags (-f -v and the
-# quieting -D flag every server gets).
+# Variables: $PLUGIN (plugin under test), $PDIO (pdio(1) under test),
+# $FRONTEND (nbdkit or native), $tools (the directory of the built C
+# clients: shadow_io, interleave_io, nbdreq, mkimage, strict_clients),
+# $nbdkit_flags (-f -v and the quieting -D flag every server gets).
 
 # The helpers are bash; make check may run the scripts with another sh.
 if [ -z "${BASH_VERSION:-}" ]; then
