@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define CMD "pdio attach"
 
@@ -276,7 +276,7 @@ undo (struct attach *a)
 
 static unsigned default_connections (void);
 
-/* The server as a daemon (frontend.c), until it answers on its socket. */
+/* The server as a daemon (daemon.c), until it answers on its socket. */
 static bool
 start_server (const struct attach_opts *o, struct attach *a,
               struct server_info *info)
@@ -285,7 +285,7 @@ start_server (const struct attach_opts *o, struct attach *a,
     record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
   char why[PATH_MAX + 256] = "";
 
-  a->rec.server_pid = frontend_start (&so, a->log, why, sizeof why);
+  a->rec.server_pid = server_start (&so, a->log, why, sizeof why);
   if (a->rec.server_pid <= 0) {
     a->rec.server_pid = 0;
     show_log (a->log);

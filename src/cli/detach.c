@@ -15,7 +15,7 @@
 
 #include <signal.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define CMD "pdio detach"
 

@@ -1,5 +1,5 @@
 /* /dev/nbdN connected by pdio itself: negotiate the connections with the
- * server (nbd_handshake.c), hand them to the kernel over netlink
+ * server (negotiate.c), hand them to the kernel over netlink
  * (nbd_netlink.c), show the partitions, arm autoclear, disconnect.  What
  * attach, detach, the supervisor and mount.pdio share.
  */
@@ -14,7 +14,7 @@
 #include <linux/fs.h>
 #include <linux/nbd.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 
 
@@ -23,13 +23,13 @@ bool
 device_connect (const struct record *r, char *why, size_t len)
 {
   int idx = nbd_index (r->device), fds[MAX_CONNECTIONS];
-  struct nbd_export e;
+  struct nbd_offer e;
   struct nbdnl_device d;
   bool ok;
 
   if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
     return false;
-  if (r->connections > 1 && !(e.flags & NBD_FLAG_CAN_MULTI_CONN)) {
+  if (r->connections > 1 && !(e.eflags & NBD_FLAG_CAN_MULTI_CONN)) {
     snprintf (why, len, "%s: the server does not advertise multi-conn",
               r->socket);
     ok = false;
@@ -37,7 +37,7 @@ device_connect (const struct record *r, char *why, size_t len)
   else {
     d = (struct nbdnl_device) {
       .index = idx, .size = r->size - r->size % r->block_size,
-      .block_size = r->block_size, .server_flags = e.flags,
+      .block_size = r->block_size, .server_flags = e.eflags,
       .timeout = r->timeout, .dead_timeout = r->dead_timeout,
     };
     ok = nbdnl_connect (&d, fds, r->connections, why, len);
@@ -138,7 +138,7 @@ bool
 device_reconnect (const struct record *r, char *why, size_t len)
 {
   int fds[MAX_CONNECTIONS];
-  struct nbd_export e;
+  struct nbd_offer e;
   bool ok;
 
   if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))

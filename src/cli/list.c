@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define CMD "pdio list"
 

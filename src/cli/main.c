@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 static void
 usage (FILE *fp)

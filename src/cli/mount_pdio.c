@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define CMD "mount.pdio"
 /* mount(8)'s exit statuses: usage, system error, mount failure. */

@@ -16,7 +16,7 @@
 #include <netlink/netlink.h>
 #include <linux/nbd-netlink.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 /* A connected generic netlink socket and the family's id. */
 static struct nl_sock *

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define CMD "pdio restart"
 /* The lock wait and the attempts with their backoff. */

@@ -171,8 +171,8 @@ print_how_to_attach (const struct serve_opts *o, const char *image,
 
 /* Runs until nbdkit exits; termination signals are passed on to it. */
 static int
-supervise (pid_t pid, const struct serve_opts *o, const char *image,
-           const sigset_t *sigs)
+wait_nbdkit (pid_t pid, const struct serve_opts *o, const char *image,
+             const sigset_t *sigs)
 {
   struct server_info info;
   bool announced = false;
@@ -269,7 +269,7 @@ cmd_serve (int argc, char **argv)
   pid = run_child ((char **) cmd.argv);
   if (pid == -1)
     return EXIT_FAILED;
-  r = supervise (pid, &o, image, &sigs);
+  r = wait_nbdkit (pid, &o, image, &sigs);
   if (o.socket)
     unlink (o.socket);
   return r;

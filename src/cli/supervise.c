@@ -3,7 +3,7 @@
  * own).  It is not on the data path: the kernel talks to the server over
  * the sockets pdio handed it.  It is the server's subreaper, so it learns
  * how the server died (SIGKILL, abort, exit status); it then starts a new
- * server (frontend.c), hands the device fresh connections with
+ * server (daemon.c), hands the device fresh connections with
  * NBD_CMD_RECONFIGURE, and the kernel resends what was in flight: the
  * filesystem sees a pause, not an error.
  *
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define RESTART_WINDOW_S 60
 #define MAX_RESTARTS 10
@@ -217,7 +217,7 @@ start_and_reconnect (struct sup *s, char *why, size_t len)
   /* The dead server's messages stay for whoever investigates. */
   snprintf (prev, sizeof prev, "%s.prev", s->log);
   rename (s->log, prev);
-  pid = frontend_start (&s->so, s->log, why, len);
+  pid = server_start (&s->so, s->log, why, len);
   if (pid <= 0) {
     last_log_line (s->log, last, sizeof last);
     if (last[0]) {

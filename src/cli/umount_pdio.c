@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernel.h"
+#include "pdio.h"
 
 #define CMD "umount.pdio"
 /* umount(8)'s exit statuses: usage, mount failure. */

@@ -13,13 +13,13 @@
 # uninitialised value (--track-origins), no bad free, no definite leak.
 #
 # memcheck cannot see what the kernel writes or reads through io_uring;
-# the engine and the server tell it (src/vg.h): a receive or file read
-# makes its buffer undefined until its completion, which defines exactly
-# the bytes it returned, and a send or file write is checked like
+# the engine and the server tell it (src/engine/vg.h): a receive or file
+# read makes its buffer undefined until its completion, which defines
+# exactly the bytes it returned, and a send or file write is checked like
 # sendmsg(2); the buffer pool says what malloc and free would.  valgrind
 # 3.19 also holds its big lock across io_uring_enter; under valgrind a
-# ring wait sleeps in nanosleep instead (src/ring.c): without that, pdio
-# serve never even got to listening (the accept thread starved while
+# ring wait sleeps in nanosleep instead (src/engine/thread.c): without
+# that, pdio serve never even got to listening (the accept thread starved while
 # worker 0 slept in the ring), and without the client requests memcheck
 # made 52 false reports on a short run (handshake bytes that io_uring
 # received "uninitialised").

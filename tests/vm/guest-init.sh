@@ -682,7 +682,7 @@ scenario_cli() {
 # the pauses (and this scenario) short.
 #
 # Each test was shown to fail against a deliberately broken pdio:
-# run.sh --break LIST sets PDIO_TEST_BREAK in the guest (src/cli/kernel.h):
+# run.sh --break LIST sets PDIO_TEST_BREAK in the guest (src/cli/pdio.h):
 #   no-restart            the supervisor records a death but starts no new
 #                         server: the SIGKILL, SIGABRT and restart tests
 #                         fail (fio errors, no new server, pdio restart

@@ -282,3 +282,25 @@ nbd_option_reply (uint8_t *buf, uint32_t option, uint32_t type,
   nbd_put32 (buf + 16, length);
   return NBD_OPTION_REPLY_LEN;
 }
+
+/* The client's side of the option haggling: what pdio(1) sends and reads
+ * when it negotiates the sockets it hands to the kernel.
+ */
+size_t
+nbd_option_header (uint8_t *buf, uint32_t option, uint32_t length)
+{
+  nbd_put64 (buf, NBD_IHAVEOPT);
+  nbd_put32 (buf + 8, option);
+  nbd_put32 (buf + 12, length);
+  return NBD_OPTION_HEADER_LEN;
+}
+
+bool
+nbd_parse_option_reply (const uint8_t buf[NBD_OPTION_REPLY_LEN],
+                        uint32_t *option, uint32_t *type, uint32_t *length)
+{
+  *option = nbd_get32 (buf + 8);
+  *type = nbd_get32 (buf + 12);
+  *length = nbd_get32 (buf + 16);
+  return nbd_get64 (buf) == NBD_REP_MAGIC;
+}

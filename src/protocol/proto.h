@@ -1,13 +1,14 @@
 /* The NBD wire format, and nothing else: constants, parsing of what a
  * client sends, building of what the server sends, and the rules that
- * decide whether a request is valid.  No I/O and no allocation, so the
- * fuzzer (tests/robust/fuzz_server.c) can drive all of it.
+ * decide whether a request is valid; pdio's server and pdio(1)'s client
+ * handshake share it.  No I/O and no allocation, so the fuzzer
+ * (tests/robust/fuzz_server.c) can drive all of it.
  *
  * Reference: doc/proto.md in NetworkBlockDevice/nbd.  Everything on the
  * wire is big-endian.
  */
-#ifndef PDIO_SERVER_PROTO_H
-#define PDIO_SERVER_PROTO_H
+#ifndef PDIO_PROTOCOL_PROTO_H
+#define PDIO_PROTOCOL_PROTO_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,12 +38,13 @@
 #define NBD_REP_SERVER            2u
 #define NBD_REP_INFO              3u
 #define NBD_REP_META_CONTEXT      4u
-#define NBD_REP_ERR_UNSUP         (0x80000000u + 1)
-#define NBD_REP_ERR_POLICY        (0x80000000u + 2)
-#define NBD_REP_ERR_INVALID       (0x80000000u + 3)
-#define NBD_REP_ERR_UNKNOWN       (0x80000000u + 6)
-#define NBD_REP_ERR_SHUTDOWN      (0x80000000u + 7)
-#define NBD_REP_ERR_TOO_BIG       (0x80000000u + 9)
+#define NBD_REP_ERR_BIT           0x80000000u
+#define NBD_REP_ERR_UNSUP         (NBD_REP_ERR_BIT + 1)
+#define NBD_REP_ERR_POLICY        (NBD_REP_ERR_BIT + 2)
+#define NBD_REP_ERR_INVALID       (NBD_REP_ERR_BIT + 3)
+#define NBD_REP_ERR_UNKNOWN       (NBD_REP_ERR_BIT + 6)
+#define NBD_REP_ERR_SHUTDOWN      (NBD_REP_ERR_BIT + 7)
+#define NBD_REP_ERR_TOO_BIG       (NBD_REP_ERR_BIT + 9)
 
 #define NBD_INFO_EXPORT           0
 #define NBD_INFO_NAME             1
@@ -253,4 +255,13 @@ extern bool nbd_parse_option_header (const uint8_t buf[NBD_OPTION_HEADER_LEN],
 extern size_t nbd_option_reply (uint8_t *buf, uint32_t option, uint32_t type,
                                 uint32_t length);
 
-#endif /* PDIO_SERVER_PROTO_H */
+/* The client's side: an option's header (its data follows), and a reply's
+ * header (false if the magic is not the reply magic).
+ */
+extern size_t nbd_option_header (uint8_t *buf, uint32_t option,
+                                 uint32_t length);
+extern bool nbd_parse_option_reply (const uint8_t buf[NBD_OPTION_REPLY_LEN],
+                                    uint32_t *option, uint32_t *type,
+                                    uint32_t *length);
+
+#endif /* PDIO_PROTOCOL_PROTO_H */

@@ -1,0 +1,50 @@
+# Every source of the product, listed once by part.  Included by
+# src/Makefile.am (the libraries and pdio(1)) and tests/Makefile.am (the
+# sanitizer builds that compile the parts in, and the fuzzers); %reldir%
+# is src/ as seen from the including Makefile.am.
+
+# The engine: the asynchronous O_DIRECT library.  No nbdkit headers.
+ENGINE_C = \
+	%reldir%/engine/engine.c %reldir%/engine/open.c \
+	%reldir%/engine/geometry.c %reldir%/engine/dio_args.c \
+	%reldir%/engine/plan.c %reldir%/engine/range_lock.c \
+	%reldir%/engine/pool.c %reldir%/engine/io.c %reldir%/engine/thread.c \
+	%reldir%/engine/req.c %reldir%/engine/sync.c \
+	%reldir%/engine/backend_uring.c %reldir%/engine/backend_psync.c \
+	%reldir%/engine/zero.c %reldir%/engine/extents.c
+ENGINE_H = \
+	%reldir%/engine/engine.h %reldir%/engine/engine_internal.h \
+	%reldir%/engine/geometry.h %reldir%/engine/dio_args.h \
+	%reldir%/engine/plan.h %reldir%/engine/range_lock.h \
+	%reldir%/engine/pool.h %reldir%/engine/io.h %reldir%/engine/req.h \
+	%reldir%/engine/vg.h
+ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
+
+# The NBD wire format, shared by the server and pdio(1)'s client
+# handshake: pure, the fuzzers drive it.
+PROTOCOL_C = %reldir%/protocol/proto.c
+PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
+
+# pdio's own NBD server.  The handshake is pure too (fuzzed with the
+# protocol); the connections and workers run on the engine's rings.
+SERVER_HANDSHAKE_C = %reldir%/server/handshake.c
+SERVER_C = $(SERVER_HANDSHAKE_C) \
+	%reldir%/server/conn.c %reldir%/server/worker.c %reldir%/server/server.c
+SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
+	%reldir%/server/internal.h
+SERVER_SRCS = $(SERVER_C) $(SERVER_H)
+
+# pdio(1): attach, detach, list, serve, restart, mount.pdio, umount.pdio.
+CLI_C = \
+	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
+	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
+	%reldir%/cli/restart.c %reldir%/cli/mount_pdio.c \
+	%reldir%/cli/umount_pdio.c %reldir%/cli/supervise.c \
+	%reldir%/cli/daemon.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \
+	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
+	%reldir%/cli/spawn.c %reldir%/cli/util.c
+CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h
+
+# Where each part finds the headers of the parts below it.
+PART_CPPFLAGS = -I$(top_srcdir)/src/engine -I$(top_srcdir)/src/protocol \
+	-I$(top_srcdir)/src/server
