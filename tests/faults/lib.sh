@@ -34,17 +34,18 @@ start_faultfs ()
     # Lazy unmount: a server that still has the image open must not keep
     # the mount (and the test) alive.
     at_exit "umount -l '$_mnt' 2>/dev/null; kill $faultfs_pid 2>/dev/null; wait $faultfs_pid 2>/dev/null"
-    _i=0
-    until [ -e "$_mnt/control" ]; do
-        if ! kill -0 "$faultfs_pid" 2>/dev/null; then
-            cat "$_flog" >&2
-            hard_error "faultfs exited before mounting $_mnt"
-        fi
-        _i=$((_i + 1))
-        [ $_i -le 100 ] || { cat "$_flog" >&2; hard_error "faultfs did not mount $_mnt in 10 s"; }
-        sleep 0.1
-    done
+    wait_until 10 _faultfs_up "$_mnt" ||
+        { cat "$_flog" >&2; hard_error "faultfs did not mount $_mnt in 10 s"; }
     control=$_mnt/control
+}
+
+# _faultfs_up MNT: faultfs serves MNT; a hard error if it has exited.
+_faultfs_up ()
+{
+    [ -e "$1/control" ] && return 0
+    kill -0 "$faultfs_pid" 2>/dev/null && return 1
+    cat "$_flog" >&2
+    hard_error "faultfs exited before mounting $1"
 }
 
 stop_faultfs ()

@@ -17,9 +17,9 @@ workload="-s $seed -n 1500 -c 4 -q 8"
 # mean nothing).
 cold ()
 {
-    [ "$(cached_pages "$1")" = 0 ] || drop_cache "$1"
-    [ "$(cached_pages "$1")" = 0 ] ||
-        hard_error "cannot drop $1 from the page cache: $(cached_pages "$1") pages stay"
+    [ "$(fincore_pages "$1")" = 0 ] || drop_cache "$1"
+    [ "$(fincore_pages "$1")" = 0 ] ||
+        hard_error "cannot drop $1 from the page cache: $(fincore_pages "$1") pages stay"
 }
 
 img=$tmp/img
@@ -29,9 +29,9 @@ start_server "$tmp/pdio.log" "$PLUGIN" file="$img"
 # shellcheck disable=SC2086
 run_client "$tools/shadow_io" -r $workload -i "$img" -o "$tmp/shadow" "$sock" ||
     fail "shadow_io failed (seed $seed)"
-during=$(cached_pages "$img")
+during=$(fincore_pages "$img")
 stop_server
-after=$(cached_pages "$img")
+after=$(fincore_pages "$img")
 show_stats "$tmp/pdio.log"
 echo "pdio: $during pages of $img cached after the workload, $after after the server exited"
 
@@ -43,7 +43,7 @@ start_server "$tmp/file.log" file file="$ref"
 # shellcheck disable=SC2086
 run_client "$tools/shadow_io" $workload -i "$ref" "$sock" > "$tmp/file.out" ||
     { cat "$tmp/file.out"; fail "shadow_io over the file plugin failed"; }
-file_pages=$(cached_pages "$ref")
+file_pages=$(fincore_pages "$ref")
 stop_server
 echo "file plugin (comparison only): $file_pages pages of $((  (size + 4095) / 4096 )) cached after the same workload"
 

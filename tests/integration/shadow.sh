@@ -20,10 +20,7 @@ shadow_run shadow "$img"
 
 log=$tmp/shadow.log
 grep -q 'backend io_uring' "$log" || fail "the default backend is not io_uring here"
-for key in direct bounced rmw_blocks tail_writes; do
-    v=$(stat_value "$log" $key)
-    [ "$v" -gt 0 ] || fail "$key=$v after an unaligned workload: that path was never taken"
-done
+all_paths_taken "$log"
 # One stats line per connection closed (4) and one at exit.
 n=$(grep -c 'stats:' "$log")
 [ "$n" -ge 5 ] || fail "$n 'stats:' lines in the log, expected one per connection (4) and one at exit"

@@ -1,6 +1,12 @@
-# Shared helpers for pdio's shell tests.  Source it (bash) from a test:
+# Shared helpers for pdio's shell tests on this machine.  Source it (bash)
+# from a test:
 #
 #     . "$TESTS_SRCDIR/lib/common.sh"
+#
+# It sources tests/lib/tap.sh, the TAP emitter (tap_case, detail,
+# tap_plan) and the helpers shared with the VM guest (wait_until,
+# fincore_pages, fincore_zero, write_files, verify_files, fio_pass,
+# server_log_clean, nbdkit_send_abort): see there.
 #
 # Environment (exported by `make check`, see tests/Makefile.am):
 #   PDIO_PLUGIN       the plugin under test (plugin/.libs/pdio.so)
@@ -17,6 +23,8 @@
 #   PDIO_TEST_TMPDIR  parent of the per-test temporary directory (default
 #                     /var/tmp; refused if it is on tmpfs: the tests need a
 #                     real file system with O_DIRECT, holes and a page cache)
+#   PDIO_TEST_PDIO    test this pdio(1) (default: the build tree's)
+#   PDIO_TEST_CLIENT_TIMEOUT  run_client's limit in seconds (default 180)
 #
 # Exit codes follow automake: 0 pass, 1 fail, 99 hard error (the test could
 # not run).  Nothing here ever skips: a skipped test is a failed suite.
@@ -28,6 +36,7 @@
 #   require_cmd CMD...           hard error if a command is missing
 #   at_exit 'SHELL CODE'         run at exit (any exit), newest first
 #   make_tmpdir                  $tmp = a fresh directory, removed at exit
+#                                (also TAP_DIR, for tap_case)
 #   make_image FILE SIZE SEED    pseudo-random, fully allocated, not cached
 #   file_sum FILE                sha256 of FILE
 #   file_size FILE               size in bytes
@@ -39,6 +48,7 @@
 #                                --socket $sock with ARGS translated.
 #   stop_server                  SIGTERM, wait; fails unless it exits 0
 #   stop_server_status           the same, but only sets $server_status
+#   nbdkit_version               $NBDKIT's version, such as 1.32.5
 #   expect_start_failure LOG ARGS...  nbdkit ARGS must refuse to start
 #   log_has LOG STRING...        LOG contains each STRING (fixed strings);
 #                                fails showing the log otherwise
@@ -46,11 +56,17 @@
 #                                test instead of hanging make check)
 #   umount_retry DIR             umount, retrying while busy (for at_exit)
 #   drop_cache FILE              evict FILE's pages from the page cache
-#   cached_pages FILE            pages of FILE in the page cache (fincore)
 #   stats_line LOG               the last "stats:" line pdio logged
 #   stat_value LOG KEY           KEY=N from that line, N printed
 #   info_field JSON KEY          a number or boolean from nbdinfo --json
 #   show_stats LOG               print the stats line with a label
+#   all_paths_taken LOG          the stats line counts direct, bounced,
+#                                read-modify-write and tail writes
+#   sigterm_in_flight IMAGE      server/rawclient.py's writes in flight to
+#                                the server started last (serving IMAGE),
+#                                then SIGTERM; waits for it: exit status in
+#                                $server_status, acknowledged writes listed
+#                                in $tmp/acked
 #   pick_seed                    $seed = $PDIO_TEST_SEED or a fresh one
 #                                (printed: rerun with PDIO_TEST_SEED=N)
 #   shadow_run LABEL IMAGE [PARAMS...]
@@ -62,18 +78,21 @@
 #   interleave_run LABEL IMAGE [PARAMS...]
 #                                the same with interleave_io $interleave_args
 #   tap_case DESC FUNCTION [ARGS...]
-#                                for *.tap tests: run FUNCTION in a subshell
-#                                with set -e, its output to stderr (the log),
-#                                and print "ok N - DESC" or "not ok N - DESC".
-#                                Traps do not run in the subshell: set up
-#                                what needs cleaning at exit outside it.
-#                                Servers it starts die with it
+#                                for *.tap tests (tap.sh): FUNCTION in a
+#                                subshell with set -e, its output to stderr
+#                                (the log), then "ok N - DESC" or "not ok N
+#                                - DESC".  Servers it starts die with it
 #                                (--exit-with-parent).
-#   tap_done                     print the plan ("1..N"); call last
+#   server_exited_clean          after stop_server_status: server_log_clean
+#                                (tap.sh) of the last server
+#   tap_done                     print the plan ("1..N", tap_plan); call
+#                                last
+#   valgrind_logs_empty and valgrind_wrap: tests/valgrind/lib.sh
 #
-# Variables: $PLUGIN (plugin under test), $tools (the built C clients:
-# shadow_io, interleave_io, nbdreq, mkimage), $nbdkit_flags (-f -v and the
-# quieting -D flag every server gets).
+# Variables: $PLUGIN (plugin under test), $PDIO (pdio(1) under test),
+# $FRONTEND (nbdkit or native), $tools (the directory of the built C
+# clients: shadow_io, interleave_io, nbdreq, mkimage, strict_clients),
+# $nbdkit_flags (-f -v and the quieting -D flag every server gets).
 
 # The helpers are bash; make check may run the scripts with another sh.
 if [ -z "${BASH_VERSION:-}" ]; then
@@ -81,6 +100,7 @@ if [ -z "${BASH_VERSION:-}" ]; then
 fi
 
 set -eu
+. "${TESTS_SRCDIR:?run from make check, or export TESTS_SRCDIR}/lib/tap.sh"
 
 : "${NBDKIT:=nbdkit}"
 : "${TESTS_BUILDDIR:?run from make check, or export TESTS_BUILDDIR}"
@@ -100,22 +120,6 @@ fail ()
 {
     echo "FAIL: $*" >&2
     exit 1
-}
-
-# valgrind_logs_empty DIR: fails, showing it, on any non-empty valgrind.*
-# log in DIR (valgrind --log-file=DIR/valgrind.%p); sets vg_logs to how
-# many logs there were, for the caller's own count check.
-valgrind_logs_empty ()
-{
-    vg_logs=0
-    for f in "$1"/valgrind.*; do
-        [ -e "$f" ] || continue
-        vg_logs=$((vg_logs + 1))
-        if [ -s "$f" ]; then
-            cat "$f"
-            fail "valgrind reported errors ($f)"
-        fi
-    done
 }
 
 hard_error ()
@@ -162,6 +166,7 @@ make_tmpdir ()
     [ "$(stat -f -c %T "$_parent")" != tmpfs ] ||
         hard_error "$_parent is on tmpfs; set PDIO_TEST_TMPDIR to a directory on a disk file system"
     tmp=$(mktemp -d "$_parent/pdio-test.XXXXXX")
+    TAP_DIR=$tmp
     at_exit "rm -rf '$tmp'"
     echo "temporary directory: $tmp"
 }
@@ -217,16 +222,19 @@ _start_native ()
     echo $server_pid > "$server_pidfile"
     at_exit "kill $server_pid 2>/dev/null"
     uri="nbd+unix:///?socket=$sock"
-    _i=0
-    until grep -q '^uri: ' "$server_log"; do
-        if ! kill -0 "$server_pid" 2>/dev/null; then
-            cat "$server_log" >&2
-            fail "pdio serve exited before serving: $*"
-        fi
-        _i=$((_i + 1))
-        [ $_i -le 200 ] || { cat "$server_log" >&2; fail "pdio serve did not start in 20 s"; }
-        sleep 0.1
-    done
+    wait_until 20 _serving "pdio serve" grep -q '^uri: ' "$server_log" ||
+        { cat "$server_log" >&2; fail "pdio serve did not start in 20 s"; }
+}
+
+# _serving NAME CMD...: CMD says the server started last is serving; fails
+# the test if the server has exited.  For wait_until.
+_serving ()
+{
+    _name=$1; shift
+    "$@" && return 0
+    kill -0 "$server_pid" 2>/dev/null && return 1
+    cat "$server_log" >&2
+    fail "$_name exited before serving: $_server_args"
 }
 
 # start_server LOG ARGS...: ARGS are what follows the socket on nbdkit's
@@ -238,6 +246,7 @@ start_server ()
     _server_no=$((_server_no + 1))
     server_pidfile=$tmp/nbdkit.pid.$_server_no
     rm -f "$sock" "$server_pidfile"
+    _server_args="$*"
     if [ "$FRONTEND" = native ]; then
         _start_native "$@"
         return
@@ -250,16 +259,8 @@ start_server ()
     at_exit "kill $server_pid 2>/dev/null"
     uri="nbd+unix:///?socket=$sock"
     # nbdkit writes the pid file once the socket is listening.
-    _i=0
-    while [ ! -s "$server_pidfile" ]; do
-        if ! kill -0 "$server_pid" 2>/dev/null; then
-            cat "$server_log" >&2
-            fail "nbdkit exited before serving: $*"
-        fi
-        _i=$((_i + 1))
-        [ $_i -le 200 ] || { cat "$server_log" >&2; fail "nbdkit did not start in 20 s"; }
-        sleep 0.1
-    done
+    wait_until 20 _serving nbdkit test -s "$server_pidfile" ||
+        { cat "$server_log" >&2; fail "nbdkit did not start in 20 s"; }
 }
 
 # Stops the server started last and checks that it shut down cleanly.
@@ -273,15 +274,18 @@ stop_server_status ()
     wait "$server_pid" || server_status=$?
     if [ $server_status -ne 0 ]; then
         cat "$server_log" >&2
-        # nbdkit 1.32.4 .. 1.33.9 abort when a client hangs up with replies
-        # queued (field notes).  Our clients only do that after failing.
-        if grep -q "raw_send_socket: Assertion .sock >= 0. failed" "$server_log"; then
-            case $("$NBDKIT" --version) in
-            "nbdkit 1.32."[4-9]*|"nbdkit 1.33."[0-9]) echo "NOTE: this is the known crash of $("$NBDKIT" --version) when a client hangs up with replies queued, not pdio's doing" >&2 ;;
-            esac
+        # Our clients only hang up with replies queued after failing.
+        if nbdkit_send_abort "$server_log" "$(nbdkit_version)"; then
+            echo "NOTE: this is the known crash of nbdkit $(nbdkit_version) when a client hangs up with replies queued, not pdio's doing" >&2
         fi
         echo "nbdkit exited with status $server_status" >&2
     fi
+}
+
+# The version of $NBDKIT, such as 1.32.5.
+nbdkit_version ()
+{
+    "$NBDKIT" --version | sed -n 's/^nbdkit //p'
 }
 
 stop_server ()
@@ -341,16 +345,10 @@ run_client ()
 # to 10 s, then detach it lazily rather than leave it mounted.
 umount_retry ()
 {
-    _i=0
-    until umount "$1" 2>/dev/null; do
-        _i=$((_i + 1))
-        if [ $_i -ge 100 ]; then
-            echo "WARNING: $1 still busy after 10 s: lazy unmount" >&2
-            umount -l "$1"
-            return
-        fi
-        sleep 0.1
-    done
+    if ! wait_until 10 umount "$1" 2>/dev/null; then
+        echo "WARNING: $1 still busy after 10 s: lazy unmount" >&2
+        umount -l "$1"
+    fi
 }
 
 # Writes back nothing (count=0), syncs, then fadvise(DONTNEED) on the whole
@@ -359,11 +357,6 @@ drop_cache ()
 {
     dd if=/dev/null of="$1" oflag=nocache conv=notrunc,fdatasync count=0 \
         status=none
-}
-
-cached_pages ()
-{
-    fincore --noheadings --output PAGES "$1" | tr -d ' '
 }
 
 stats_line ()
@@ -385,6 +378,22 @@ show_stats ()
     _line=$(stats_line "$1")
     [ -n "$_line" ] || fail "no 'stats:' line in $1"
     echo "engine stats: ${_line#*stats:}"
+}
+
+all_paths_taken ()
+{
+    for _key in direct bounced rmw_blocks tail_writes; do
+        _v=$(stat_value "$1" $_key)
+        [ "$_v" -gt 0 ] || fail "$_key=$_v after an unaligned workload: that path was never taken"
+    done
+}
+
+sigterm_in_flight ()
+{
+    run_client python3 "$TESTS_SRCDIR/server/rawclient.py" sigterm "$sock" \
+        "$server_pid" "$1" "$tmp/acked"
+    server_status=0
+    wait "$server_pid" || server_status=$?
 }
 
 # info_field JSON KEY: the value of "KEY": N (or true/false) in nbdinfo
@@ -441,55 +450,14 @@ interleave_run ()
     _client_run "$_l" interleave_io "${interleave_args:-}" "$_i" "$@"
 }
 
-# detail TEXT: inside a tap_case body, a figure for that case's result
-# line ("ok N - DESC: TEXT").
-detail ()
-{
-    echo "$*" > "${tmp:?detail needs make_tmpdir}/.tap-detail"
-}
-
-_tap_n=0
-tap_case ()
-{
-    _desc=$1; shift
-    _tap_n=$((_tap_n + 1))
-    echo "# ---- $_tap_n: $_desc" >&2
-    rm -f "${tmp:-/nonexistent}/.tap-detail"
-    set +e
-    ( set -e; "$@" ) >&2
-    _st=$?
-    set -e
-    _detail=""
-    if [ -s "${tmp:-/nonexistent}/.tap-detail" ]; then
-        _detail=": $(cat "$tmp/.tap-detail")"
-    fi
-    if [ $_st -eq 0 ]; then
-        echo "ok $_tap_n - $_desc$_detail"
-    else
-        echo "not ok $_tap_n - $_desc$_detail"
-    fi
-}
-
 # After stop_server_status (not inside a tap_case: a subshell cannot wait
-# for the server): it exited 0 and logged no error, failed assertion or
-# crash.  Warnings are counted for the record only.
+# for the server).
 server_exited_clean ()
 {
-    _errors=$(grep -ciE ': error:|assertion .* failed|segmentation|corrupt' "$server_log" || :)
-    _warnings=$(grep -ci 'warning' "$server_log" || :)
-    detail "exit status $server_status, $_errors error and $_warnings warning lines in its log"
-    [ "$server_status" -eq 0 ] && [ "$_errors" -eq 0 ]
-}
-
-# fincore_zero FILE: none of FILE's pages in this machine's page cache.
-fincore_zero ()
-{
-    _pages=$(fincore -rno PAGES "$1")
-    detail "fincore: $_pages pages of $(basename "$1") resident"
-    [ "$_pages" = 0 ]
+    server_log_clean "$server_status" "$server_log"
 }
 
 tap_done ()
 {
-    echo "1..$_tap_n"
+    tap_plan
 }

@@ -44,6 +44,24 @@ next_rand ()
     rand=$(( rand_state / 65536 ))
 }
 
+# For wait_until: volatile_fs serves $mnt; crash_io is running.  Either
+# fails the test if its process has exited.
+fs_up ()
+{
+    mountpoint -q "$mnt" && [ -f "$mnt/img" ] && return 0
+    kill -0 "$fs_pid" 2>/dev/null && return 1
+    cat "$tmp/fs.$round.log"
+    hard_error "volatile_fs did not mount"
+}
+
+client_running ()
+{
+    grep -qs "^running" "$tmp/run.$round.out" && return 0
+    kill -0 "$client_pid" 2>/dev/null && return 1
+    cat "$tmp/run.$round.out"
+    fail "crash_io exited before running"
+}
+
 total_durable=0 total_dropped=0 total_datasyncs=0
 for round in $(seq 1 "$rounds"); do
     rseed=$((seed + round))
@@ -68,12 +86,7 @@ for round in $(seq 1 "$rounds"); do
         > "$tmp/fs.$round.log" 2>&1 &
     fs_pid=$!
     at_exit "fusermount3 -u -z '$mnt' 2>/dev/null; kill $fs_pid 2>/dev/null"
-    i=0
-    until mountpoint -q "$mnt" && [ -f "$mnt/img" ]; do
-        kill -0 $fs_pid 2>/dev/null || { cat "$tmp/fs.$round.log"; hard_error "volatile_fs did not mount"; }
-        i=$((i + 1)); [ $i -le 100 ] || hard_error "volatile_fs did not mount in 10 s"
-        sleep 0.1
-    done
+    wait_until 10 fs_up || hard_error "volatile_fs did not mount in 10 s"
 
     if [ $backend = default ]; then bparam=; else bparam=backend=$backend; fi
     # shellcheck disable=SC2086
@@ -81,12 +94,7 @@ for round in $(seq 1 "$rounds"); do
     "$robust/crash_io" run -s "$rseed" -j "$tmp/journal.$round" -m $mode -c 4 -q 8 "$sock" \
         > "$tmp/run.$round.out" 2>&1 &
     client_pid=$!
-    i=0
-    until grep -qs "^running" "$tmp/run.$round.out"; do
-        kill -0 $client_pid 2>/dev/null || { cat "$tmp/run.$round.out"; fail "crash_io exited before running"; }
-        i=$((i + 1)); [ $i -le 100 ] || fail "crash_io did not start in 10 s"
-        sleep 0.1
-    done
+    wait_until 10 client_running || fail "crash_io did not start in 10 s"
     sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
 
     kill -KILL "$server_pid"

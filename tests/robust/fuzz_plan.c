@@ -1,7 +1,7 @@
-/* libFuzzer target: a request -> plan_chunk() (src/plan.c) -> dio_args
- * (src/dio_args.c) -> the executor on a memory disk that enforces
- * O_DIRECT's rules (tests/unit/mem_backend.c), checking the mapping's
- * invariants on every chunk.  Built with clang -fsanitize=fuzzer,address,
+/* libFuzzer target: a request -> plan_chunk() (src/engine/plan.c) ->
+ * dio_args (src/engine/dio_args.c) -> the executor on a memory disk that
+ * enforces O_DIRECT's rules (tests/unit/mem_backend.c), checking the
+ * mapping's invariants on every chunk.  Built with clang -fsanitize=fuzzer,address,
  * undefined (see the robust block of tests/Makefile.am); fuzz.sh runs it
  * for a bounded time over the committed corpus (tests/robust/corpus/).
  *

@@ -1,6 +1,6 @@
 /* libFuzzer target: the native server's handshake state machine
  * (src/server/handshake.c) and request parser and validator
- * (src/server/proto.c), fed a client's byte stream exactly as the event
+ * (src/protocol/proto.c), fed a client's byte stream exactly as the event
  * loop feeds them: the handshake says how many bytes it wants, gets at
  * most that many, and whatever follows a successful NBD_OPT_GO or
  * NBD_OPT_EXPORT_NAME is parsed as 28-byte requests (with payloads) and

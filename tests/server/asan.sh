@@ -41,9 +41,7 @@ stop_server
 clean_log "$tmp/asan2.log"
 
 start_server "$tmp/asan3.log" "$PLUGIN" file="$img"
-run_client python3 "$raw" sigterm "$sock" "$server_pid" "$img" "$tmp/acked"
-st=0
-wait "$server_pid" || st=$?
-[ $st = 0 ] || { cat "$tmp/asan3.log"; fail "pdio_asan exited $st after SIGTERM"; }
+sigterm_in_flight "$img"
+[ $server_status = 0 ] || { cat "$tmp/asan3.log"; fail "pdio_asan exited $server_status after SIGTERM"; }
 clean_log "$tmp/asan3.log"
 echo "no sanitizer report; every server exited 0"

@@ -33,9 +33,7 @@ no_report "$tmp/tsan.log"
 start_server "$tmp/tsan2.log" "$PLUGIN" file="$img"
 run_client python3 "$raw" hostile "$sock" 300 "$seed" > /dev/null ||
     fail "a hostile connection got a wrong reply"
-run_client python3 "$raw" sigterm "$sock" "$server_pid" "$img" "$tmp/acked"
-st=0
-wait "$server_pid" || st=$?
+sigterm_in_flight "$img"
 no_report "$tmp/tsan2.log"
-[ $st = 0 ] || fail "pdio_tsan exited $st after SIGTERM"
+[ $server_status = 0 ] || fail "pdio_tsan exited $server_status after SIGTERM"
 echo "no ThreadSanitizer report; every server exited 0"

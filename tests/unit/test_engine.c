@@ -175,6 +175,30 @@ new_thread (struct pdio_image *img)
   return t;
 }
 
+static const char *
+backend_name (enum pdio_backend b)
+{
+  return b == PDIO_BACKEND_URING ? "io_uring"
+    : b == PDIO_BACKEND_PSYNC ? "psync" : "default";
+}
+
+/* The pass tests the backend it is named for: the image chose it, and for
+ * io_uring this thread has its ring.  (A thread whose ring setup fails
+ * runs the image's I/O on psync, with only a debug line to say so.)
+ */
+static void
+check_backend (struct pdio_image *img, struct pdio_thread *t,
+               enum pdio_backend want)
+{
+  struct pdio_info info;
+
+  pdio_get_info (img, &info);
+  CHECK (info.backend == want, "backend %s in use, the test asked for %s",
+         backend_name (info.backend), backend_name (want));
+  CHECK (want != PDIO_BACKEND_URING || pdio_thread_ring (t) != NULL,
+         "the io_uring pass has no ring: this thread fell back to psync");
+}
+
 static void
 expect_open_error (const char *file, uint32_t align, int err,
                    const char *msg)
@@ -354,6 +378,7 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
 
   s.img = open_image (path, backend, align, false);
   s.t = new_thread (s.img);
+  check_backend (s.img, s.t, backend);
   pdio_get_info (s.img, &info);
   CHECK ((blockdev || info.size == size) && !info.readonly &&
          info.blockdev == (blockdev != NULL), "info");
@@ -372,7 +397,7 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
   pdio_get_stats (s.img, &st);
   pdio_format_stats (&st, stats, sizeof stats);
   printf ("  %s align %u size %" PRIu64 ": %s\n",
-          info.backend == PDIO_BACKEND_URING ? "io_uring" : "psync",
+          backend_name (info.backend),
           info.offset_align, size, stats);
   CHECK (st.direct > 0 && st.bounced > 0 && st.rmw_blocks > 0,
          "a path went unused");
@@ -405,6 +430,7 @@ test_shadow (enum pdio_backend backend, uint32_t align, uint64_t size,
 
 struct cw_arg {
   struct pdio_image *img;
+  enum pdio_backend backend;
   unsigned id;
 };
 
@@ -417,6 +443,7 @@ concurrent_writer (void *p)
   uint64_t off;
   int pass;
 
+  check_backend (a->img, t, a->backend);
   for (pass = 0; pass < 3; pass++)
     for (off = (uint64_t) a->id * CW_RUN; off + CW_RUN <= CW_SIZE;
          off += CW_THREADS * CW_RUN) {
@@ -445,7 +472,7 @@ test_concurrent (enum pdio_backend backend, uint32_t align)
   make_file (path, CW_SIZE, false);
   img = open_image (path, backend, align, false);
   for (i = 0; i < CW_THREADS; i++) {
-    args[i] = (struct cw_arg) { img, i };
+    args[i] = (struct cw_arg) { img, backend, i };
     CHECK (pthread_create (&t[i], NULL, concurrent_writer, &args[i]) == 0,
            "pthread_create");
   }

@@ -3,11 +3,12 @@
 #
 # Runs nbdkit (pdio.so, and nbdkit's file plugin as a reference) and the
 # kernel nbd client inside the guest, on a unix socket, with the images on a
-# virtio-blk scratch disk.  Prints TAP to /dev/ttyS1 (the host parses it):
-# a plan, one "ok N - ..." / "not ok N - ..." per step, "# ..." figures, and
-# a final "N passed, M failed".  Everything else (commands and their output,
-# kernel messages) goes to the console, /dev/ttyS0, and the scratch disk's
-# /logs directory.
+# virtio-blk scratch disk.  Prints TAP to /dev/ttyS1 (the host passes it
+# on) with the emitter of tests/lib/tap.sh (/pdio/tap.sh here): a plan, one
+# "ok N - ..." / "not ok N - ..." per step, "# ..." figures, and a final
+# "N passed, M failed".  Everything else (commands and their output, kernel
+# messages, and a copy of the TAP lines) goes to the console, /dev/ttyS0,
+# and the scratch disk's /logs directory.
 #
 # Steps run one after another even when one fails (a failed attach makes the
 # steps that need the device fail too), so a run always reports every step:
@@ -34,24 +35,29 @@ if [ "$PHASE" = boot ]; then
 fi
 
 . /pdio/settings
+. /pdio/tap.sh
 # run.sh --break: deliberately broken pdio (see scenario_recover).
 if [ -n "${PDIO_TEST_BREAK:-}" ]; then export PDIO_TEST_BREAK; fi
-RES=/dev/ttyS1
-stty -F "$RES" raw -echo 2>/dev/null
+TAP_OUT=/dev/ttyS1
+stty -F "$TAP_OUT" raw -echo 2>/dev/null
 
 IMG_SIZE=$((1024 * 1024 * 1024))     # xfs wants at least 300 MiB
-SOCK=/run/nbd.sock
 FRONT=nbdkit        # or native: see serve() and main()
 RC_ATTACH_FLAGS=""  # pdio attach's front end in the recover scenarios
 DEV=/dev/nbd0
 MNT=/mnt
 LOGS=/scratch/logs
-STATE=/run/pdio
+# The tests' own state (tmpfs), kept apart from pdio's run directory, which
+# they only read (pdio's records, nbdN.*).
+STATE=/run/pdio-test
+PDIO_RUN=/run/pdio
 mkdir -p "$STATE"
+# shellcheck disable=SC2034 # for tap.sh
+TAP_DIR=$STATE
+SOCK=$STATE/nbd.sock
 
 log() { echo "pdio-guest: $*"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime | cut -d. -f1; }
-diag() { [ "$DRY" = 1 ] && return 0; echo "# $*" > "$RES"; log "# $*"; }
 
 poweroff_now() {
     sync
@@ -82,39 +88,19 @@ if [ "$SHELL_ONLY" = 1 ]; then
     poweroff_now
 fi
 
-# --- TAP bookkeeping ------------------------------------------------------------
-# main() is run twice: a dry pass that only counts steps (for the plan), then
-# the real one.  Each step body runs in a subshell with set -e, so any failing
-# command fails the step; state that outlives a step lives in $STATE.
-n=0 pass=0 fail=0
+# --- steps -------------------------------------------------------------------------
+# main() is run twice: a dry pass (TAP_DRY=1) that only counts steps (for the
+# plan), then the real one.  Each step body runs in a subshell with set -e
+# (tap_case), so any failing command fails the step; state that outlives a
+# step lives in $STATE.
 step() {
     desc=$1; shift
     # The scenarios name nbdkit; under FRONT=native the server is pdio's own.
     if [ "$FRONT" = native ]; then
         desc="native: $(echo "$desc" | sed 's/nbdkit pdio\.so/pdio serve/; s/nbdkit exits/pdio serve exits/')"
     fi
-    n=$((n + 1))
-    [ "$DRY" = 1 ] && return 0
-    log "=== step $n: $desc"
-    rm -f "$STATE/detail"
-    t0=$(uptime_s)
-    ( set -e; "$@" )
-    rc=$?
-    t=$(($(uptime_s) - t0))
-    detail=""
-    [ -s "$STATE/detail" ] && detail=": $(cat "$STATE/detail")"
-    if [ "$rc" = 0 ]; then
-        pass=$((pass + 1))
-        line="ok $n - $desc$detail (${t}s)"
-    else
-        fail=$((fail + 1))
-        line="not ok $n - $desc$detail (exit $rc, ${t}s)"
-    fi
-    echo "$line" > "$RES"
-    log "$line"
+    tap_case "$desc" "$@"
 }
-# A step body calls this to append a figure to its result line.
-detail() { echo "$*" > "$STATE/detail"; }
 
 # --- helpers used inside step bodies ------------------------------------------------
 
@@ -165,12 +151,7 @@ serve() {
             2> "$LOGS/nbdkit-$tag.log" &
         ready() { [ -S "$SOCK" ]; }
     fi
-    i=0
-    until ready; do
-        [ -f "$STATE/nbdkit.rc" ] && { cat "$LOGS/nbdkit-$tag.log"; return 1; }
-        i=$((i + 1)); [ $i -lt 300 ] || return 1
-        sleep 0.1
-    done
+    wait_until 30 serving
     nbdinfo --no-content --json "nbd+unix:///?socket=$SOCK" > "$STATE/info.json"
     cat "$STATE/info.json"
     min=$(sed -n 's/.*"block_size_minimum": *\([0-9]*\).*/\1/p' "$STATE/info.json")
@@ -193,16 +174,21 @@ serve() {
     fi
 }
 
+# For wait_until: the server is ready; the step fails if it has exited.
+serving() {
+    ready && return 0
+    [ -f "$STATE/nbdkit.rc" ] || return 1
+    cat "$LOGS/nbdkit-$tag.log"
+    exit 1
+}
+
 # attach BLOCKSIZE CONNECTIONS [FLAG...]: the kernel client, netlink mode
 # (the default) unless a FLAG says -nonetlink.
 attach() {
     bs=$1 conns=$2
     shift 2
     nbd-client -unix "$SOCK" "$DEV" -b "$bs" -C "$conns" "$@"
-    i=0
-    while [ "$(cat /sys/block/nbd0/size)" = 0 ]; do
-        i=$((i + 1)); [ $i -lt 100 ] || return 1; sleep 0.1
-    done
+    wait_until 10 nbd0_sized
     size=$(($(cat /sys/block/nbd0/size) * 512))
     lbs=$(cat /sys/block/nbd0/queue/logical_block_size)
     nbd-client -c "$DEV"
@@ -214,40 +200,21 @@ detach() {
     # nbd-client -d succeeds on an idle device too: insist on a connection.
     [ -f /sys/block/nbd0/pid ] || { echo "/dev/nbd0 is not connected"; return 1; }
     nbd-client -d "$DEV"
-    i=0
-    while [ "$(cat /sys/block/nbd0/size)" != 0 ]; do
-        i=$((i + 1)); [ $i -lt 100 ] || return 1; sleep 0.1
-    done
+    wait_until 10 nbd0_unsized
 }
+nbd0_sized() { [ "$(cat /sys/block/nbd0/size)" != 0 ]; }
+nbd0_unsized() { [ "$(cat /sys/block/nbd0/size)" = 0 ]; }
 
-# Files of random data with awkward sizes (1 byte to ~192 KiB, most not a
-# multiple of 512), a few in subdirectories; checksums kept on tmpfs.
 mounted() { grep -q " $MNT " /proc/mounts; }
 
-write_files() {
+# mnt_write_files COUNT, mnt_verify_files COUNT: tap.sh's, on $MNT.
+mnt_write_files() {
     mounted
-    i=0
-    mkdir -p "$MNT/d1/d2"
-    while [ $i -lt "$FILES" ]; do
-        case $((i % 10)) in
-        0) f=$MNT/d1/f$i ;; 1) f=$MNT/d1/d2/f$i ;; *) f=$MNT/f$i ;;
-        esac
-        head -c $(((i * 7919) % 196608 + 1)) /dev/urandom > "$f"
-        i=$((i + 1))
-    done
-    (cd "$MNT" && find . -type f | sort | xargs sha256sum) > "$STATE/sums"
-    sync
-    kib=$(du -sk "$MNT" | cut -f1)
-    echo "$kib" > "$STATE/files_kib"
-    detail "$FILES files, $kib KiB"
+    write_files "$MNT" "$1" "$STATE/sums"
+    echo "$files_kib" > "$STATE/files_kib"
 }
 
-verify_files() {
-    (cd "$MNT" && sha256sum -c "$STATE/sums" > "$STATE/check.out")
-    ok=$(grep -c ': OK$' "$STATE/check.out")
-    detail "$ok of $FILES checksums match"
-    [ "$ok" = "$FILES" ]
-}
+mnt_verify_files() { verify_files "$MNT" "$1" "$STATE/sums"; }
 
 fs_make() {
     fs=$1
@@ -276,7 +243,7 @@ fs_check() {
 fs_remount_verify() {
     fs=$1
     mount -t "$fs" "$DEV" "$MNT"
-    verify_files
+    mnt_verify_files "$FILES"
 }
 
 # Delete the files, fstrim, and see the image's allocation shrink: the trims
@@ -302,71 +269,52 @@ fs_umount_detach() {
     detach
 }
 
-fio_pass() {
+# dev_fio_pass ENGINE MODE: tap.sh's fio_pass with tests/fio/verify.fio on
+# /dev/nbd0.
+dev_fio_pass() {
     engine=$1 mode=$2 tag=$(cat "$STATE/tag")
-    out=$LOGS/fio-$tag-$mode.txt
-    if [ "$mode" = write ]; then
-        FIO_BACKLOG=256 fio --ioengine="$engine" --filename="$DEV" --output="$out" \
-            /pdio/fio/verify.fio && rc=0 || rc=$?
-    else
-        FIO_BACKLOG=0 fio --verify_only --ioengine="$engine" --filename="$DEV" \
-            --output="$out" /pdio/fio/verify.fio && rc=0 || rc=$?
-    fi
-    cat "$out"
-    # Any error line fails the step, except the warning fio prints for every
-    # verify job with numjobs > 1 on one file: offset_increment gives each
-    # job its own region, so no job overwrites another's blocks.
-    errs=$(grep -v 'fio: multiple writers may overwrite blocks' "$out" |
-        grep -ci 'err= *[1-9]\|bad magic\|verify failed\|fio: ' || true)
-    rw=$(grep -E '^ +(READ|WRITE):' "$out" | sed 's/^ *//; s/ (.*io=/ io=/; s/, run=.*//' | tr '\n' ' ')
-    detail "verify.fio, $engine, $FIO_JOBS jobs x $FIO_SIZE, iodepth 16: $rw"
-    [ "$rc" = 0 ] && [ "$errs" = 0 ]
+    fio_pass "$mode" "$LOGS/fio-$tag-$mode.txt" \
+        "verify.fio, $engine, $FIO_JOBS jobs x $FIO_SIZE, iodepth 16" \
+        --ioengine="$engine" --filename="$DEV" /pdio/fio/verify.fio
 }
 
-fincore_pages() {
+# The image a server has been serving: only that one's figure means
+# anything.  (No "a && b" mid-function: set -e ignores a failure on its
+# left.)
+served_img() {
     img=$(cat "$STATE/img")
-    # Only meaningful for an image a server has been serving.  (No "a && b"
-    # mid-function: set -e ignores a failure on its left.)
     [ -f "$STATE/nbdkit.pid" ] || { echo "no server has served $img"; return 1; }
-    fincore -rno PAGES "$img"
+    echo "$img"
 }
 
 # pdio must leave no page of the image in the page cache.
-fincore_zero() {
-    pages=$(fincore_pages)
-    detail "fincore: $pages pages of $(cat "$STATE/img") resident"
-    echo "$pages" > "$STATE/fincore.pdio.$(cat "$STATE/tag")"
-    [ "$pages" = 0 ]
+served_fincore_zero() {
+    img=$(served_img)
+    fincore_pages "$img" > "$STATE/fincore.pdio.$(cat "$STATE/tag")"
+    fincore_zero "$img"
 }
 
 # The file plugin reference: a figure, not a pass condition.
 fincore_reference() {
-    pages=$(fincore_pages)
-    detail "fincore: $pages pages ($((pages * 4 / 1024)) MiB) of $(cat "$STATE/img") resident [reference figure, not a pass condition]"
+    img=$(served_img)
+    pages=$(fincore_pages "$img")
+    detail "fincore: $pages pages ($((pages * 4 / 1024)) MiB) of $img resident [reference figure, not a pass condition]"
 }
 
 stop_server() {
     tag=$(cat "$STATE/tag")
     log="$LOGS/nbdkit-$tag.log"
     kill -TERM "$(cat "$STATE/nbdkit.pid")"
-    i=0
-    while [ ! -f "$STATE/nbdkit.rc" ]; do
-        i=$((i + 1)); [ $i -lt 300 ] || { echo "nbdkit did not exit"; return 1; }
-        sleep 0.1
-    done
+    wait_until 30 test -f "$STATE/nbdkit.rc" || { echo "nbdkit did not exit"; return 1; }
     rc=$(cat "$STATE/nbdkit.rc")
     cat "$log"
     # Debian 12's nbdkit 1.32.5 can abort when a client hangs up with replies
     # queued (fixed upstream in 1.33.10); say so precisely, still a failure.
-    if grep -q "raw_send_socket: Assertion .sock >= 0. failed" "$log"; then
+    if nbdkit_send_abort "$log" "$HOST_NBDKIT_VERSION"; then
         detail "nbdkit $HOST_NBDKIT_VERSION aborted in raw_send_socket (known nbdkit 1.32.4-1.33.9 server bug)"
         return 1
     fi
-    # Errors fail the step; warnings are counted for the record only.
-    errors=$(grep -ci 'error\|assert\|abort\|segmentation\|corrupt' "$log" || true)
-    warnings=$(grep -ci 'warning' "$log" || true)
-    detail "exit status $rc, $errors error and $warnings warning lines in its log"
-    [ "$rc" = 0 ] && [ "$errors" = 0 ]
+    server_log_clean "$rc" "$log"
 }
 
 # --- scenario building blocks ------------------------------------------------------
@@ -376,7 +324,7 @@ attach_advertised() { attach "$(cat "$STATE/dioblock")" "$1"; }
 fs_round_trip() {   # fs_round_trip LABEL FS
     label=$1 fs=$2
     step "$label: mkfs.$fs on /dev/nbd0 and mount" fs_make "$fs"
-    step "$label: write files of random data, record checksums" write_files
+    step "$label: write files of random data, record checksums" mnt_write_files "$FILES"
     case $fs in
     ext4) step "$label: unmount, e2fsck -fn clean" fs_check ext4 ;;
     xfs) step "$label: unmount, xfs_repair -n clean" fs_check xfs ;;
@@ -385,12 +333,12 @@ fs_round_trip() {   # fs_round_trip LABEL FS
 }
 
 fio_round_trip() {  # fio_round_trip LABEL ENGINE
-    step "$1: fio random writes, verify=crc32c with verify_backlog, zero errors" fio_pass "$2" write
-    step "$1: fio read-only verify pass (--verify_only), zero errors" fio_pass "$2" verify
+    step "$1: fio random writes, verify=crc32c with verify_backlog, zero errors" dev_fio_pass "$2" write
+    step "$1: fio read-only verify pass (--verify_only), zero errors" dev_fio_pass "$2" verify
 }
 
 server_end() {      # server_end LABEL (after detach)
-    step "$1: fincore on the image after the run: 0 pages resident" fincore_zero
+    step "$1: fincore on the image after the run: 0 pages resident" served_fincore_zero
     step "$1: nbdkit exits cleanly after SIGTERM, no errors logged" stop_server
 }
 
@@ -453,10 +401,7 @@ scenario_align4096() {
 # A 4096-byte-sector (4Kn) disk: pdio.so must find the 4096-byte direct-I/O
 # alignment by itself (no align=) and still serve 512-byte nbd blocks.
 sector4k_setup() {
-    i=0
-    while [ ! -b /dev/vdb ]; do
-        i=$((i + 1)); [ $i -lt 300 ] || return 1; sleep 0.1
-    done
+    wait_until 30 test -b /dev/vdb
     lbs=$(cat /sys/block/vdb/queue/logical_block_size)
     mkfs.ext4 -F -q /dev/vdb
     mkdir -p /scratch4k
@@ -510,10 +455,10 @@ scenario_reference() {
     step "reference: nbdkit exits cleanly after SIGTERM" stop_server
 }
 
-# --- pdio(1), the front end (issue 6) ------------------------------------------------
+# --- pdio(1), the command-line interface ----------------------------------------------
 # pdio attach/list/detach as a user runs them: the plugin from $PDIO_PLUGIN,
-# state in pdio's own /run/pdio (its files are nbdN.*; the harness's own
-# files in $STATE are other names).  The image is a fresh sparse file.
+# state in pdio's own run directory, $PDIO_RUN (nbdN.*: read here, never
+# written).  The image is a fresh sparse file.
 FE_IMG=/scratch/fe.img
 FE_IMG2=/scratch/fe2.img
 FE_SIZE=$((256 * 1024 * 1024))
@@ -522,12 +467,11 @@ FE_FILES=60
 fe_dev() { cat "$STATE/fe.dev"; }
 fe_idx() { d=$(fe_dev); echo "${d#/dev/nbd}"; }
 # The pid of the server pdio's record names.
-fe_pid() { sed -n 's/^server_pid=//p' "/run/pdio/nbd$(fe_idx).rec"; }
-# No pdio state (nbdN.sock/.pid/.rec/.log) left in /run/pdio; the
-# harness's own nbdkit.pid and nbdkit.rc there are not pdio's.
+fe_pid() { sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$(fe_idx).rec"; }
+# No pdio state (nbdN.sock/.pid/.rec/.log) left in $PDIO_RUN.
 fe_no_state() {
-    left=$(ls /run/pdio | grep '^nbd[0-9]' || true)
-    [ -z "$left" ] || { echo "left in /run/pdio: $left"; return 1; }
+    left=$(ls "$PDIO_RUN" | grep '^nbd[0-9]' || true)
+    [ -z "$left" ] || { echo "left in $PDIO_RUN: $left"; return 1; }
 }
 # The pids of servers: nbdkit, or pdio's own (comm "pdio": pdio serve is
 # the only pdio process that outlives a command; the guest's busybox has
@@ -547,7 +491,7 @@ comm_pids() {
         fi
     done
 }
-# No server process at all, and no supervisor (issue 12) either.
+# No server process at all, and no supervisor either.
 fe_no_server() {
     left=$(server_pids)
     [ -z "$left" ] || { echo "a server is still running: $left"; return 1; }
@@ -555,6 +499,12 @@ fe_no_server() {
     [ -z "$left" ] || { echo "pdio-supervise still running: $left"; return 1; }
 }
 fe_connected() { [ -f "/sys/block/nbd$1/pid" ]; }
+fe_disconnected() { ! fe_connected "$1"; }
+# Nothing of pdio left: no state, no server, no supervisor.
+fe_nothing_left() {
+    [ -z "$(ls "$PDIO_RUN" | grep '^nbd[0-9]' || true)" ] &&
+        [ -z "$(server_pids)" ] && [ -z "$(comm_pids pdio-supervise)" ]
+}
 
 fe_attach() {
     rm -f "$FE_IMG" "$FE_IMG2"
@@ -621,20 +571,18 @@ fe_double() {
     grep -q "is in use: pid $pid (pdio)" "$STATE/fe.err"
     # Still exactly one server and one device; no second record.
     [ "$(server_pids)" = "$pid" ]
-    [ "$(ls /run/pdio/*.rec | wc -l)" = 1 ]
+    [ "$(ls "$PDIO_RUN"/*.rec | wc -l)" = 1 ]
     detail "refused: again (already attached), via a hard link and by nbdkit pdio (both naming pid $pid)"
 }
 
 fe_fs() {
     mkfs.ext4 -F -q "$(fe_dev)"
     mount -t ext4 -o noinit_itable "$(fe_dev)" "$MNT"
-    FILES=$FE_FILES     # this step's subshell only
-    write_files
+    mnt_write_files "$FE_FILES"
     umount "$MNT"
     blockdev --flushbufs "$(fe_dev)"
     mount -t ext4 "$(fe_dev)" "$MNT"
-    FILES=$FE_FILES
-    verify_files
+    mnt_verify_files "$FE_FILES"
 }
 
 fe_detach_mounted() {
@@ -656,7 +604,7 @@ fe_detach() {
     [ ! -d "/proc/$pid" ]
     fe_no_state
     fe_no_server
-    pages=$(fincore -rno PAGES "$FE_IMG")
+    pages=$(fincore_pages "$FE_IMG")
     detail "server $pid gone, no state left, fincore: $pages pages of $FE_IMG resident"
     [ "$pages" = 0 ]
 }
@@ -668,7 +616,7 @@ fe_detach_all() {
     d2=$(pdio attach --nbdkit --read-only --connections 1 "$FE_IMG2")
     pdio list
     i1=${d1#/dev/nbd} i2=${d2#/dev/nbd}
-    p2=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i2.rec")
+    p2=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i2.rec")
     [ "$(cat "/proc/$p2/comm")" = nbdkit ]
     [ "$(cat "/sys/block/nbd$i2/ro")" = 1 ]
     [ "$(ls "/sys/block/nbd$i2/mq" | wc -l)" = 1 ]
@@ -687,17 +635,13 @@ fe_detach_force() {
     d=$(pdio attach "$FE_IMG")
     i=${d#/dev/nbd}
     mount -t ext4 -o ro "$d" "$MNT"
-    pid=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    pid=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
     pdio detach --force "$d"
     [ ! -d "/proc/$pid" ]
     fe_no_state
     fe_no_server
     umount "$MNT"
-    n=0
-    while fe_connected "$i"; do
-        n=$((n + 1)); [ $n -lt 100 ] || { echo "$d still connected after umount"; return 1; }
-        sleep 0.1
-    done
+    wait_until 10 fe_disconnected "$i" || { echo "$d still connected after umount"; return 1; }
     detail "$d detached while mounted; released after umount"
 }
 
@@ -718,19 +662,19 @@ fe_failed_attach() {
     detail "exit status 1, no device connected, no nbdkit, no state left"
 }
 
-scenario_frontend() {
-    step "frontend: pdio attach prints the device, 512-byte blocks, 2 connections" fe_attach
-    step "frontend: pdio list and list --json show it" fe_list
-    step "frontend: a second attach of the image is refused, the lock names the server" fe_double
-    step "frontend: mkfs.ext4, mount, write files, remount, every checksum verified" fe_fs
-    step "frontend: pdio detach of the mounted device is refused" fe_detach_mounted
-    step "frontend: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
-    step "frontend: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
-    step "frontend: pdio detach --force of a mounted device" fe_detach_force
-    step "frontend: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
+scenario_cli() {
+    step "cli: pdio attach prints the device, 512-byte blocks, 2 connections" fe_attach
+    step "cli: pdio list and list --json show it" fe_list
+    step "cli: a second attach of the image is refused, the lock names the server" fe_double
+    step "cli: mkfs.ext4, mount, write files, remount, every checksum verified" fe_fs
+    step "cli: pdio detach of the mounted device is refused" fe_detach_mounted
+    step "cli: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
+    step "cli: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
+    step "cli: pdio detach --force of a mounted device" fe_detach_force
+    step "cli: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
 }
 
-# --- the device outlives its server (issue 12) -------------------------------------
+# --- the device outlives its server ------------------------------------------------
 # pdio attach leaves a supervisor that restarts a dead server and hands the
 # device fresh connections (NBD_CMD_RECONFIGURE); requests in flight are
 # resent once the request timeout (--timeout) expires, so the filesystem
@@ -738,7 +682,7 @@ scenario_frontend() {
 # the pauses (and this scenario) short.
 #
 # Each test was shown to fail against a deliberately broken pdio:
-# run.sh --break LIST sets PDIO_TEST_BREAK in the guest (src/cli/kernel.h):
+# run.sh --break LIST sets PDIO_TEST_BREAK in the guest (src/cli/pdio.h):
 #   no-restart            the supervisor records a death but starts no new
 #                         server: the SIGKILL, SIGABRT and restart tests
 #                         fail (fio errors, no new server, pdio restart
@@ -773,7 +717,7 @@ RC_FIO_SIZE=${RC_FIO_SIZE:-4m}
 rc_dev() { cat "$STATE/rc.dev"; }
 rc_idx() { d=$(rc_dev); echo "${d#/dev/nbd}"; }
 # rc_field KEY: the value in the device's pdio record.
-rc_field() { sed -n "s/^$1=//p" "/run/pdio/nbd$(rc_idx).rec"; }
+rc_field() { sed -n "s/^$1=//p" "$PDIO_RUN/nbd$(rc_idx).rec"; }
 # I/O errors the kernel logged for nbd devices since kmsg_reset (which
 # empties the ring buffer, so that a full buffer cannot hide new lines; the
 # console keeps everything).
@@ -859,6 +803,14 @@ rc_pauses() {
         "$STATE/rc.kills" "$STATE/rc.probe"
 }
 
+# For wait_until: the record counts RESTARTS and names a live server other
+# than OLD, $new.
+rc_replaced() {
+    new=$(rc_field server_pid)
+    [ "$(rc_field restarts)" = "$1" ] && [ -n "$new" ] && [ "$new" != 0 ] &&
+        [ "$new" != "$2" ] && [ -d "/proc/$new" ]
+}
+
 # rc_replace HOW N: replace the server N times at random moments (2..5 s
 # apart) while fio runs; each time wait for the supervisor's new server.
 rc_replace() {
@@ -881,17 +833,8 @@ rc_replace() {
         restart) pdio restart "$(rc_dev)" ;;
         esac
         k=$((k + 1))
-        n=0
-        while :; do
-            new=$(rc_field server_pid)
-            if [ "$(rc_field restarts)" = $((r0 + k)) ] && [ -n "$new" ] &&
-               [ "$new" != 0 ] && [ "$new" != "$old" ] && [ -d "/proc/$new" ]; then
-                break
-            fi
-            n=$((n + 1))
-            [ $n -lt 600 ] || { echo "no new server 60 s after $how $k"; touch "$STATE/rc.stop"; return 1; }
-            sleep 0.1
-        done
+        wait_until 60 rc_replaced $((r0 + k)) "$old" ||
+            { echo "no new server 60 s after $how $k"; touch "$STATE/rc.stop"; return 1; }
         log "$how $k: server $old -> $new in $(($(date +%s) - t0)) s"
     done
     # Let fio run on the last new server a little, then end the loop.
@@ -899,16 +842,12 @@ rc_replace() {
     touch "$STATE/rc.stop"
     wait "$(cat "$STATE/rc.fiopid")" 2>/dev/null || true
     wait "$(cat "$STATE/rc.probepid")" 2>/dev/null || true
-    n=0
-    while [ ! -f "$STATE/rc.fioruns" ]; do
-        n=$((n + 1)); [ $n -lt 3000 ] || { echo "fio loop did not end"; return 1; }
-        sleep 0.1
-    done
+    wait_until 300 test -f "$STATE/rc.fioruns" || { echo "fio loop did not end"; return 1; }
     pdio list
     pdio list --json > "$STATE/rc.json"
     cat "$STATE/rc.json"
-    grep "pdio-supervise" "/run/pdio/nbd$(rc_idx).supervisor.log" | tail -n "$count" || true
-    handed=$(grep -o 'died\|[0-9]* ms after' "/run/pdio/nbd$(rc_idx).supervisor.log" |
+    grep "pdio-supervise" "$PDIO_RUN/nbd$(rc_idx).supervisor.log" | tail -n "$count" || true
+    handed=$(grep -o 'died\|[0-9]* ms after' "$PDIO_RUN/nbd$(rc_idx).supervisor.log" |
         grep ms | tail -n "$count" | sed 's/ ms after//' | tr '\n' ' ')
     set -- $(rc_fio_figures "$how")
     maxlat=$1 fioerrs=$2
@@ -917,7 +856,7 @@ rc_replace() {
     reason=$(rc_field reason)
     runs=$(cat "$STATE/rc.fioruns")
     pauses=$(rc_pauses)
-    diag "$how x$count: filesystem paused ${pauses}ms at the replacements (probe writes); supervisor handed over new connections ${handed}ms after each death; fio $runs runs, $fioerrs errors, max completion latency ${maxlat} ms; kernel I/O errors: $errs"
+    tap_diag "$how x$count: filesystem paused ${pauses}ms at the replacements (probe writes); supervisor handed over new connections ${handed}ms after each death; fio $runs runs, $fioerrs errors, max completion latency ${maxlat} ms; kernel I/O errors: $errs"
     detail "restarts $r0 -> $restarts (last: $reason); pauses ${pauses}ms; new connections after ${handed}ms; fio: $runs runs, $fioerrs errors, max latency $maxlat ms; kernel I/O errors $errs"
     [ ! -s "$STATE/rc.fiofail" ] || { cat "$STATE/rc.fiofail"; return 1; }
     [ "$fioerrs" = 0 ]
@@ -968,12 +907,9 @@ rc_supervisor_killed() {
     if grep -q unsupervised "$STATE/rc.list"; then return 1; fi
     # ... which it supervises: killed, it comes back, and I/O goes on.
     kill -KILL "$server2"
-    n=0
-    until [ "$(rc_field restarts)" = $((r0 + 2)) ] && server3=$(rc_field server_pid) &&
-          [ "$server3" != 0 ] && [ "$server3" != "$server2" ] && [ -d "/proc/$server3" ]; do
-        n=$((n + 1)); [ $n -lt 300 ] || { echo "the new supervisor did not restart its server"; return 1; }
-        sleep 0.1
-    done
+    wait_until 30 rc_replaced $((r0 + 2)) "$server2" ||
+        { echo "the new supervisor did not restart its server"; return 1; }
+    server3=$new
     dd if=/dev/urandom of="$MNT/after-take-over" bs=64k count=16 2>/dev/null
     sync
     sum=$(md5sum < "$MNT/after-take-over")
@@ -1003,18 +939,15 @@ rc_cannot_come_back() {
     d=$(pdio attach --timeout 4 --dead-timeout 15 "$img")
     i=${d#/dev/nbd}
     dd if="$d" of=/dev/null bs=4096 count=16 iflag=direct
-    server=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    server=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
     rm -f "$img"
     t0=$(date +%s)
     kill -KILL "$server"
     rc=0
     timeout 90 dd if="$d" of=/dev/null bs=4096 count=16 skip=100 iflag=direct || rc=$?
     t=$(($(date +%s) - t0))
-    n=0
-    while ! grep -q '^gave_up=1' "/run/pdio/nbd$i.rec"; do
-        n=$((n + 1)); [ $n -lt 600 ] || { echo "the supervisor did not give up"; pdio list; return 1; }
-        sleep 0.1
-    done
+    wait_until 60 grep -q '^gave_up=1' "$PDIO_RUN/nbd$i.rec" ||
+        { echo "the supervisor did not give up"; pdio list; return 1; }
     pdio list | tee "$STATE/rc.list"
     why=$(grep "^$d " "$STATE/rc.list" | sed 's/.* failed: //')
     pdio detach "$d"
@@ -1051,14 +984,10 @@ rc_single() {
     ) &
     loop=$!
     sleep 2
-    server=$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")
+    server=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
     case $server in ''|0) echo "no server"; touch "$STATE/one.stop"; return 1 ;; esac
     kill -KILL "$server"
-    t=0
-    until grep -q '^restarts=1$' "/run/pdio/nbd$i.rec" && [ "$(sed -n 's/^server_pid=//p' "/run/pdio/nbd$i.rec")" != 0 ]; do
-        t=$((t + 1)); [ $t -lt 400 ] || { echo "no restart"; break; }
-        sleep 0.1
-    done
+    wait_until 40 restarted_once "$PDIO_RUN/nbd$i.rec" || echo "no restart"
     sleep 6
     touch "$STATE/one.stop"
     wait "$loop" || true
@@ -1069,10 +998,15 @@ rc_single() {
         k=$((k + 1))
     done
     errs=$(($(nbd_io_errors) - errs0))
-    restarts=$(sed -n 's/^restarts=//p' "/run/pdio/nbd$i.rec")
+    restarts=$(sed -n 's/^restarts=//p' "$PDIO_RUN/nbd$i.rec")
     pdio detach "$d"
     detail "1 connection: $n writes of 64 KiB across a SIGKILL, $(cat "$STATE/one.fail" 2>/dev/null | wc -l) failed, $bad read back wrong, restarts $restarts, kernel I/O errors $errs"
     [ ! -s "$STATE/one.fail" ] && [ "$bad" = 0 ] && [ "$errs" = 0 ] && [ "$restarts" = 1 ] && [ "$n" -gt 0 ]
+}
+
+# For wait_until: the record REC counts one restart and names a server.
+restarted_once() {
+    grep -q '^restarts=1$' "$1" && [ "$(sed -n 's/^server_pid=//p' "$1")" != 0 ]
 }
 
 scenario_recover() {
@@ -1105,7 +1039,7 @@ scenario_nbdkit_recover() {
     RC_ATTACH_FLAGS=
 }
 
-# --- mount -t pdio and fstab (issue 12) -----------------------------------------------
+# --- mount -t pdio and fstab ---------------------------------------------------------
 MT_IMG=/scratch/mt.img
 # util-linux mount(8), which runs helpers (busybox's applets win over PATH
 # in the guest's shell, and its mount does not).
@@ -1114,17 +1048,12 @@ MOUNT=/usr/bin/mount UMOUNT=/usr/bin/umount
 # Nothing of an autoclear device left: not connected, no record, no
 # server, no supervisor, 0 pages of the image cached.
 mt_all_gone() {
-    n=0
-    while [ -n "$(ls /run/pdio | grep '^nbd[0-9]' || true)" ] ||
-          [ -n "$(server_pids)" ] || [ -n "$(comm_pids pdio-supervise)" ]; do
-        n=$((n + 1))
-        [ $n -lt 150 ] || { ls -l /run/pdio; fe_no_state; fe_no_server; return 1; }
-        sleep 0.1
-    done
+    wait_until 15 fe_nothing_left ||
+        { ls -l "$PDIO_RUN"; fe_no_state; fe_no_server; return 1; }
     for b in /sys/block/nbd*; do
         [ ! -f "$b/pid" ] || { echo "$b still connected"; return 1; }
     done
-    pages=$(fincore -rno PAGES "$MT_IMG")
+    pages=$(fincore_pages "$MT_IMG")
     echo "$pages" > "$STATE/mt.pages"
     [ "$pages" = 0 ]
 }
@@ -1139,10 +1068,9 @@ mt_helper() {
     $MOUNT -t pdio "$MT_IMG" "$MNT"
     grep " $MNT " /proc/mounts
     dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
-    FILES=20
-    write_files
+    mnt_write_files 20
     pdio list | tee "$STATE/mt.list"
-    grep -q '^autoclear=1$' "/run/pdio/${dev#/dev/}.rec"
+    grep -q '^autoclear=1$' "$PDIO_RUN/${dev#/dev/}.rec"
     # umount(8) runs umount.pdio (helper=pdio in utab), which returns once
     # the supervisor has cleaned up: no state, no connection, at once.
     helper=$(grep -c "helper=pdio" /run/mount/utab || true)
@@ -1160,7 +1088,7 @@ mt_fstab() {
     echo "$MT_IMG $MNT pdio defaults 0 0" > /etc/fstab
     $MOUNT -a
     grep " $MNT " /proc/mounts
-    verify_files_n 20
+    mnt_verify_files 20
     $UMOUNT "$MNT"
     mt_all_gone
     echo "$MT_IMG $MNT pdio ro,fstype=ext4 0 0" > /etc/fstab
@@ -1168,7 +1096,7 @@ mt_fstab() {
     grep " $MNT " /proc/mounts | grep -q ' ro[ ,]'
     dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
     ro=$(cat "/sys/block/${dev#/dev/}/ro")
-    verify_files_n 20
+    mnt_verify_files 20
     $UMOUNT "$MNT"
     mt_all_gone
     rm -f /etc/fstab
@@ -1176,17 +1104,12 @@ mt_fstab() {
     [ "$ro" = 1 ]
 }
 
-verify_files_n() {
-    FILES=$1
-    verify_files
-}
-
 scenario_mount() {
     step "mount: mount -t pdio IMAGE /mnt, write, umount: nothing left, fincore 0" mt_helper
     step "mount: fstab entries mounted by mount -a (rw, then ro with fstype=)" mt_fstab
 }
 
-# --- partitions (issue 12) ----------------------------------------------------------------
+# --- partitions ----------------------------------------------------------------------------
 PT_IMG=/scratch/pt.img
 
 pt_test() {
@@ -1195,25 +1118,23 @@ pt_test() {
     printf 'label: gpt\nsize=24MiB\nsize=48MiB\n' | sfdisk -q "$PT_IMG"
     d=$(pdio attach "$PT_IMG")
     i=${d#/dev/nbd}
-    n=0
-    while [ ! -b "${d}p2" ]; do
-        n=$((n + 1)); [ $n -lt 50 ] || { ls /sys/block/nbd$i; echo "no ${d}p2"; pdio detach "$d"; return 1; }
-        sleep 0.1
-    done
+    wait_until 5 test -b "${d}p2" ||
+        { ls /sys/block/nbd$i; echo "no ${d}p2"; pdio detach "$d"; return 1; }
     parts=$(ls "/sys/block/nbd$i" | grep "^nbd${i}p" | tr '\n' ' ')
     mkfs.ext4 -F -q "${d}p2"
     mount -t ext4 "${d}p2" "$MNT"
     echo hello > "$MNT/hello"
     umount "$MNT"
     pdio detach "$d"
-    n=0
-    while [ -e "/sys/block/nbd$i/nbd${i}p1" ] || [ -e "/sys/block/nbd$i/nbd${i}p2" ]; do
-        n=$((n + 1)); [ $n -lt 50 ] || { echo "partitions left after detach: $(ls /sys/block/nbd$i)"; return 1; }
-        sleep 0.1
-    done
+    wait_until 5 no_partitions "$i" ||
+        { echo "partitions left after detach: $(ls /sys/block/nbd$i)"; return 1; }
     fe_no_state
     detail "$d shows $parts; ${d}p2 mkfs/mount/write/umount; detach removed both"
     [ "$parts" = "nbd${i}p1 nbd${i}p2 " ]
+}
+
+no_partitions() {
+    [ ! -e "/sys/block/nbd$1/nbd${1}p1" ] && [ ! -e "/sys/block/nbd$1/nbd${1}p2" ]
 }
 
 scenario_partitions() {
@@ -1249,8 +1170,7 @@ sd_setup() {
     sync
     echo 3 > /proc/sys/vm/drop_caches
     $MOUNT -t pdio "$SD_IMG" "$MNT"
-    FILES=20
-    write_files
+    mnt_write_files 20
     $UMOUNT "$MNT"
     MT_IMG=$SD_IMG
     mt_all_gone
@@ -1319,7 +1239,7 @@ EOF
 # If the check unit does not report in time: say so, show what systemd is
 # waiting for, power off (the missing steps then fail on the host).
 sd_give_up() {
-    diag "systemd: $1"
+    tap_diag "systemd: $1"
     log "$1"
     systemctl --no-pager list-jobs
     systemctl --no-pager --failed
@@ -1341,14 +1261,14 @@ sd_watchdog() {
 
 # Hand over to systemd: the counters for the check unit, a watchdog, exec.
 sd_boot() {
-    echo "n=$n pass=$pass fail=$fail s0=$s0 sd_t0=$(uptime_s)" > "$STATE/sd.resume"
+    echo "tap_n=$tap_n tap_pass=$tap_pass tap_fail=$tap_fail s0=$s0 sd_t0=$(uptime_s)" > "$STATE/sd.resume"
     sd_watchdog &
     log "exec /lib/systemd/systemd as PID 1"
     exec /lib/systemd/systemd --log-target=console --show-status=yes
 }
 
 sd_dev() { cat "$STATE/sd.dev"; }
-sd_rec() { d=$(sd_dev); echo "/run/pdio/${d#/dev/}.rec"; }
+sd_rec() { d=$(sd_dev); echo "$PDIO_RUN/${d#/dev/}.rec"; }
 sd_prop() { systemctl show -p "$1" --value "$2"; }
 
 # Mounted at boot by the generated unit, after the filesystem the image is
@@ -1385,8 +1305,7 @@ sd_mounted() {
 
 sd_files() {
     mounted
-    FILES=20
-    verify_files
+    mnt_verify_files 20
     head -c 300001 /dev/urandom > "$MNT/written-under-systemd"
     (cd "$MNT" && sha256sum written-under-systemd) > "$STATE/sd.new"
     sync
@@ -1480,12 +1399,7 @@ sd_order() {
     m=$(systemctl is-active "$SD_UNIT" || true)
     sc=$(systemctl is-active scratch.mount || true)
     sr=$(sd_prop Result scratch.mount)
-    n=0
-    while [ -n "$(ls /run/pdio | grep '^nbd[0-9]' || true)" ] ||
-          [ -n "$(server_pids)" ] || [ -n "$(comm_pids pdio-supervise)" ]; do
-        n=$((n + 1)); [ $n -lt 150 ] || break
-        sleep 0.1
-    done
+    wait_until 15 fe_nothing_left || true
     # /scratch back for the rest of the run.
     if ! grep -q " /scratch " /proc/mounts; then systemctl start scratch.mount; fi
     detail "systemctl start $SD_UNIT mounted $dev again; systemctl stop scratch.mount (as at shutdown) took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s: $SD_UNIT $m, scratch.mount $sc (result $sr)"
@@ -1546,7 +1460,7 @@ sd_checks() {
 
 scenario_systemd() {
     step "systemd: image with 20 files on /scratch, fstab (scratch disk, pdio line), check unit; exec systemd" sd_setup
-    if [ "$DRY" = 1 ]; then
+    if [ "${TAP_DRY:-0}" = 1 ]; then
         sd_checks
     elif [ -f "$STATE/sd.ready" ]; then
         sd_boot
@@ -1564,10 +1478,7 @@ scratch_setup() {
         detail "insmod failed: $(cat "$STATE/insmod.failed" | tr '\n' ' ')"
         return 1
     fi
-    i=0
-    while [ ! -b /dev/vda ]; do
-        i=$((i + 1)); [ $i -lt 300 ] || return 1; sleep 0.1
-    done
+    wait_until 30 test -b /dev/vda
     mkfs.ext4 -F -q /dev/vda
     mount -t ext4 /dev/vda /scratch
     mkdir -p "$LOGS"
@@ -1590,7 +1501,7 @@ main() {
         native-*) FRONT=native; "scenario_${s#native-}" ;;
         *) FRONT=nbdkit; "scenario_$s" ;;
         esac
-        diag "scenario $s: $(($(uptime_s) - s0))s"
+        tap_diag "scenario $s: $(($(uptime_s) - s0))s"
     done
     main_end
 }
@@ -1598,16 +1509,15 @@ main() {
 # (The systemd scenario's unit runs this after its own steps.)
 main_end() {
     FRONT=nbdkit
-    # The figures together, for the issue's note.
+    # The figures together, at the end of the report.
     for s in $SCENARIOS; do
-        [ -f "$STATE/fincore.pdio.$s" ] && diag "fincore after $s (pdio): $(cat "$STATE/fincore.pdio.$s") pages"
+        [ -f "$STATE/fincore.pdio.$s" ] && tap_diag "fincore after $s (pdio): $(cat "$STATE/fincore.pdio.$s") pages"
     done
     step "guest: scratch filesystem unmounts and e2fsck -fn is clean" scratch_check
 }
 
 finish() {
-    echo "$pass passed, $fail failed" > "$RES"
-    log "$pass passed, $fail failed"
+    tap_summary
     poweroff_now
 }
 
@@ -1615,24 +1525,24 @@ export FIO_SIZE FIO_JOBS=4
 
 if [ "$PHASE" = systemd ]; then
     # Under systemd, from pdio-boot-check.service: the rest of the run.
-    DRY=0
-    # shellcheck disable=SC1091 # n, pass, fail, s0, sd_t0 from sd_boot
+    TAP_DRY=0
+    # shellcheck disable=SC1091 # the tap_* counters, s0, sd_t0 from sd_boot
     . "$STATE/sd.resume"
     touch "$STATE/sd.started"
     sd_checks
     # shellcheck disable=SC2154 # sd_t0 from sd.resume
-    diag "scenario systemd: $(($(uptime_s) - s0))s (systemd PID 1 from ${sd_t0}s of uptime)"
+    tap_diag "scenario systemd: $(($(uptime_s) - s0))s (systemd PID 1 from ${sd_t0}s of uptime)"
     main_end
     touch "$STATE/sd.done"
     finish
 fi
 
-DRY=1
+TAP_DRY=1
 main
-plan=$n
-n=0
-DRY=0
-echo "1..$plan" > "$RES"
+plan=$tap_n
+tap_n=0
+TAP_DRY=0
+tap_plan "$plan"
 log "plan: $plan steps; scenarios: $SCENARIOS"
 main
 finish

@@ -1,19 +1,21 @@
 #!/bin/sh
-# tests/vm/run.sh — the kernel nbd client against pdio.so, for real (issue 3).
+# tests/vm/run.sh — the kernel nbd client against pdio.so, for real.
 #
 # This machine's kernel has no nbd driver, so boot Debian's own kernel under
 # TCG with an initramfs made from this machine's binaries, give the guest a
 # virtio-blk scratch disk, and run nbdkit (pdio.so) and nbd-client inside it
 # over a unix socket.  The guest (tests/vm/guest-init.sh) reports one TAP
-# line per step on its second serial port; this script checks that report
-# and prints TAP on stdout, plus one last result of its own: the guest ran to
+# line per step on its second serial port; this script passes its results and
+# figures on, as they are, to stdout, adds a failure for each step that
+# never reported, and one last result of its own: the guest ran to
 # completion and powered off, with no panic/oops, inside the hard timeout.
+# Both emit TAP with tests/lib/tap.sh.
 #
 # Usage: tests/vm/run.sh [options]
 #   --keep              keep the work directory (console log, results, guest
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
-#                       align4096,sector4k,reference,frontend,recover,
+#                       align4096,sector4k,reference,cli,recover,
 #                       nbdkit_recover,mount,partitions, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server), and systemd (the guest execs
@@ -29,7 +31,7 @@
 #   --shell             no tests: boot to a busybox shell on this terminal
 #   --break LIST        run a deliberately broken pdio (PDIO_TEST_BREAK in
 #                       the guest, see guest-init.sh's scenario_recover):
-#                       the issue 12 tests must then fail
+#                       the tests of what it breaks must then fail
 #
 # Environment: PDIO_VM_CACHE (default /var/cache/pdio-vm) holds the unpacked
 # kernel and the cached part of the initramfs, outside the git tree so every
@@ -42,7 +44,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,frontend,recover,nbdkit_recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,mount,partitions,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -78,7 +80,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|ioctl|xfs|fio|align4096|sector4k|reference|frontend|recover|nbdkit_recover|mount|partitions) ;;
+    ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|mount|partitions) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
@@ -91,15 +93,16 @@ case ",$scenarios," in
     scenarios=$(echo "$scenarios" | tr ',' '\n' | grep -vx systemd | tr '\n' ',')systemd ;;
 esac
 
+. "$top/tests/lib/tap.sh"
+
 # Anything that stops the harness before the guest has reported is a test
 # failure in TAP form, never a skip: the scenario is not optional.
 bail() {
-    echo "1..1"
-    echo "not ok 1 - kernel nbd-client VM harness: $*"
+    tap_result 1 "kernel nbd-client VM harness: $*"
+    tap_plan
     echo "# $*" >&2
     exit 1
 }
-note() { echo "# $*"; }
 
 if [ -z "$plugin" ]; then
     plugin=${PDIO_BUILDDIR:-$top}/plugin/.libs/pdio.so
@@ -394,11 +397,13 @@ fi
 cp "$base" "$work/initrd.cpio"
 exec 9>&-
 
-# The overlay: guest script, plugin under test, fio jobs, settings.
+# The overlay: guest script and its TAP library, plugin under test, fio
+# jobs, settings.
 ov=$work/overlay
 rm -rf "$ov" && mkdir -p "$ov/pdio/fio"
 cp "$here/guest-init.sh" "$ov/init"
 chmod 755 "$ov/init"
+cp "$top/tests/lib/tap.sh" "$ov/pdio/tap.sh"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin"
 cp "$pdio" "$ov/usr/bin/pdio"
@@ -418,9 +423,9 @@ cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 } > "$ov/pdio/settings"
 (cd "$ov" && find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >> "$work/initrd.cpio"
 t_initramfs=$(($(now) - t0))
-note "kernel $kver ($(cat "$kdir/.deb" 2>/dev/null)), ${t_kernel}s to fetch/resolve"
-note "initramfs $(($(stat -c %s "$work/initrd.cpio") / 1048576)) MiB (base $base_note), ${t_initramfs}s"
-note "plugin under test: $plugin; pdio(1): $pdio"
+tap_diag "kernel $kver ($(cat "$kdir/.deb" 2>/dev/null)), ${t_kernel}s to fetch/resolve"
+tap_diag "initramfs $(($(stat -c %s "$work/initrd.cpio") / 1048576)) MiB (base $base_note), ${t_initramfs}s"
+tap_diag "plugin under test: $plugin; pdio(1): $pdio"
 
 # --- boot --------------------------------------------------------------------------
 # A sparse scratch disk; the guest formats it and keeps its images on it, so
@@ -472,20 +477,41 @@ rm -rf "$work/guest-logs" && mkdir -p "$work/guest-logs"
 debugfs -R "rdump /logs $work/guest-logs" "$work/scratch.img" >/dev/null 2>&1 || true
 
 # --- judge the report ------------------------------------------------------------------
-tr -d '\r' < "$work/results.log" > "$work/results.txt"
-awk -v qemu_rc="$qemu_rc" -v timeout="$timeout" -v t_guest="$t_guest" \
-    -v console="$work/console.log" '
+# The guest's results and figures pass through as they are, numbered as it
+# numbered them; the plan comes last (the guest's plus this script's one).
+res=$work/results.txt
+tr -d '\r' < "$work/results.log" > "$res"
+plan=$(sed -n 's/^1\.\.\([0-9][0-9]*\)$/\1/p' "$res" | head -n 1)
+if [ -z "$plan" ]; then
+    grep '^#' "$res" || true
+    timed_out=""
+    [ "$qemu_rc" != 124 ] || timed_out=": timeout after ${timeout}s"
+    tap_result 1 "guest reported nothing (qemu exit $qemu_rc$timed_out)"
+    tap_plan
+    failed=1
+else
+    grep -E '^((not )?ok [0-9]+( |$)|#)' "$res" || true
+    tap_n=$(sed -n 's/^\(not \)\{0,1\}ok \([0-9][0-9]*\).*/\2/p' "$res" | tail -n 1)
+    tap_n=${tap_n:-0}
+    tap_pass=$(grep -c '^ok [0-9]' "$res" || true)
+    tap_fail=$(grep -c '^not ok [0-9]' "$res" || true)
+    while [ "$tap_n" -lt "$plan" ]; do
+        tap_result 1 "no result from the guest for step $((tap_n + 1))"
+    done
+    # What else must hold, as "; "-separated problems.
+    problems=$(awk -v qemu_rc="$qemu_rc" -v timeout="$timeout" \
+        -v console="$work/console.log" '
 function fail(msg) { problems = problems "; " msg }
 /^1\.\.[0-9]+$/ { if (plan == "") plan = substr($0, 4) + 0; else fail("second plan line"); next }
 /^(not )?ok [0-9]+( |$)/ {
     num = ($1 == "not") ? $3 : $2
     if (plan == "") fail("result before plan")
     if (num != last + 1) fail("result " num " out of order after " last)
-    last = num; lines[num] = $0
+    last = num
     if ($1 == "not") nfail++; else npass++
     next
 }
-/^#/ { diag[++ndiag] = $0; order[ndiag] = last; next }
+/^#/ { next }
 /^[0-9]+ passed, [0-9]+ failed$/ { summary = $0; sp = $1 + 0; sf = $3 + 0; next }
 /^$/ { next }
 { fail("unexpected line from guest: " $0) }
@@ -496,22 +522,6 @@ END {
             bad_console = l
         if (l ~ /^pdio-guest: done/) done = 1
     }
-    if (plan == "") {
-        print "1..1"
-        for (i = 1; i <= ndiag; i++) print diag[i]
-        print "not ok 1 - guest reported nothing (qemu exit " qemu_rc (qemu_rc == 124 ? ": timeout after " timeout "s" : "") ")"
-        exit 1
-    }
-    print "1.." plan + 1
-    j = 1
-    for (i = 0; i <= last; i++) {
-        if (i > 0) print lines[i]
-        while (j <= ndiag && order[j] == i) print diag[j++]
-    }
-    for (i = last + 1; i <= plan; i++) {
-        print "not ok " i " - no result from the guest for step " i
-        nfail++
-    }
     if (last > plan) fail("guest reported " last " results for a plan of " plan)
     if (qemu_rc == 124) fail("hard timeout after " timeout "s")
     else if (qemu_rc != 0) fail("qemu exited with status " qemu_rc)
@@ -519,18 +529,23 @@ END {
     else if (sp != npass || sf != nfail) fail("summary \"" summary "\" does not match the results")
     if (!done) fail("guest did not reach its clean poweroff")
     if (bad_console != "") fail("kernel trouble on the console: " bad_console)
-    if (problems == "")
-        print "ok " plan + 1 " - guest ran to completion in " t_guest "s: " summary ", clean poweroff, no kernel errors"
+    print substr(problems, 3)
+}' "$res")
+    summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$res" | tail -n 1)
+    if [ -z "$problems" ]; then
+        tap_result 0 "guest ran to completion in ${t_guest}s: $summary, clean poweroff, no kernel errors"
     else
-        print "not ok " plan + 1 " - guest run" substr(problems, 2)
-    exit (nfail > 0 || problems != "") ? 1 : 0
-}' "$work/results.txt" > "$work/tap.txt" && failed=0 || failed=1
+        tap_result 1 "guest run: $problems"
+    fi
+    tap_plan
+    failed=0
+    [ "$tap_fail" = 0 ] || failed=1
+fi
 
-cat "$work/tap.txt"
-note "wall time: kernel ${t_kernel}s, initramfs ${t_initramfs}s, guest ${t_guest}s, total $(($(now) - t_start))s"
+tap_diag "wall time: kernel ${t_kernel}s, initramfs ${t_initramfs}s, guest ${t_guest}s, total $(($(now) - t_start))s"
 if [ "$failed" = 1 ]; then
     # Enough context in the test log to diagnose without the artefacts.
-    note "--- last 60 lines of the guest console ($work/console.log)"
+    tap_diag "--- last 60 lines of the guest console ($work/console.log)"
     tail -n 60 "$work/console.log" | tr -d '\r' | sed 's/^/#   /'
 fi
 exit "$failed"

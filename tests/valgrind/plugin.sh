@@ -10,23 +10,13 @@
 # leaks in pdio are attributed; nbdkit 1.32.5 itself has none here).
 set -eu
 . "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/valgrind/lib.sh"
 require_cmd valgrind
 make_tmpdir
 pick_seed
 
-real_nbdkit=$NBDKIT
+valgrind_wrap "$NBDKIT" "$tmp/nbdkit-valgrind" NBDKIT_VALGRIND=1
 NBDKIT=$tmp/nbdkit-valgrind
-cat > "$NBDKIT" <<EOF
-#!/bin/sh
-export NBDKIT_VALGRIND=1
-exec valgrind --quiet --error-exitcode=97 --track-origins=yes \
-    --leak-check=full --errors-for-leak-kinds=definite \
-    --show-leak-kinds=definite --log-file="$tmp/valgrind.%p" \
-    "$real_nbdkit" "\$@"
-EOF
-chmod +x "$NBDKIT"
-# A report makes nbdkit exit 97 and the helpers fail at once: show it.
-at_exit 'for f in "$tmp"/valgrind.*; do [ -s "$f" ] && { echo "--- $f:"; cat "$f"; }; done'
 # Everything is slower under valgrind.
 client_timeout=600
 

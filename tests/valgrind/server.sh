@@ -13,13 +13,13 @@
 # uninitialised value (--track-origins), no bad free, no definite leak.
 #
 # memcheck cannot see what the kernel writes or reads through io_uring;
-# the engine and the server tell it (src/vg.h): a receive or file read
-# makes its buffer undefined until its completion, which defines exactly
-# the bytes it returned, and a send or file write is checked like
+# the engine and the server tell it (src/engine/vg.h): a receive or file
+# read makes its buffer undefined until its completion, which defines
+# exactly the bytes it returned, and a send or file write is checked like
 # sendmsg(2); the buffer pool says what malloc and free would.  valgrind
 # 3.19 also holds its big lock across io_uring_enter; under valgrind a
-# ring wait sleeps in nanosleep instead (src/ring.c): without that, pdio
-# serve never even got to listening (the accept thread starved while
+# ring wait sleeps in nanosleep instead (src/engine/thread.c): without
+# that, pdio serve never even got to listening (the accept thread starved while
 # worker 0 slept in the ring), and without the client requests memcheck
 # made 52 false reports on a short run (handshake bytes that io_uring
 # received "uninitialised").
@@ -33,24 +33,15 @@
 set -eu
 export PDIO_TEST_FRONTEND=native
 . "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/valgrind/lib.sh"
 require_cmd valgrind nbdinfo python3
 make_tmpdir
 pick_seed
 raw=$TESTS_SRCDIR/server/rawclient.py
 
-real_pdio=${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio
-[ -x "$real_pdio" ] || hard_error "$real_pdio is not built"
+[ -x "$PDIO" ] || hard_error "$PDIO is not built"
+valgrind_wrap "$PDIO" "$tmp/pdio-valgrind"
 PDIO=$tmp/pdio-valgrind
-cat > "$PDIO" <<EOF
-#!/bin/sh
-exec valgrind --quiet --error-exitcode=97 --track-origins=yes \\
-    --leak-check=full --errors-for-leak-kinds=definite \\
-    --show-leak-kinds=definite --log-file="$tmp/valgrind.%p" \\
-    "$real_pdio" "\$@"
-EOF
-chmod +x "$PDIO"
-# A report makes pdio exit 97 and the helpers fail at once: show it.
-at_exit 'for f in "$tmp"/valgrind.*; do [ -s "$f" ] && { echo "--- $f:"; cat "$f"; }; done'
 # Everything is slower under valgrind.
 client_timeout=600
 
@@ -77,10 +68,8 @@ stop_server
 big=$tmp/big.img
 make_image "$big" $((4 * 1024 * 1024 + 1234)) "$seed"
 start_server "$tmp/vg-sigterm.log" "$PLUGIN" file="$big"
-run_client python3 "$raw" sigterm "$sock" "$server_pid" "$img" "$tmp/acked"
-st=0
-wait "$server_pid" || st=$?
-[ $st = 0 ] || { cat "$tmp/vg-sigterm.log"; fail "pdio serve exited $st after SIGTERM with writes in flight"; }
+sigterm_in_flight "$img"
+[ $server_status = 0 ] || { cat "$tmp/vg-sigterm.log"; fail "pdio serve exited $server_status after SIGTERM with writes in flight"; }
 
 valgrind_logs_empty "$tmp"
 [ $vg_logs -eq 4 ] || fail "valgrind wrote $vg_logs logs, not 4: did every server run under it?"

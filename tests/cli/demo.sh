@@ -6,7 +6,7 @@ set -eu
 . "$TESTS_SRCDIR/lib/common.sh"
 make_tmpdir
 out=$tmp/demo.out
-PDIO_CLI=$PDIO_BUILDDIR/src/cli/pdio PDIO_DEMO_DIR=$tmp/demo PDIO_DEMO_SIZE=64M PDIO_DEMO_ONCE=1 \
+PDIO_CLI=$PDIO PDIO_DEMO_DIR=$tmp/demo PDIO_DEMO_SIZE=64M PDIO_DEMO_ONCE=1 \
     timeout 60 sh "$PDIO_SRCDIR/scripts/demo" > "$out" 2>&1 ||
     { cat "$out"; fail "scripts/demo failed"; }
 cat "$out"
@@ -14,4 +14,4 @@ grep -qxF "uri: nbd+unix:///?socket=$tmp/demo/nbd.sock" "$out" || fail "no URI l
 grep -qxF "attach: nbd-client -unix $tmp/demo/nbd.sock /dev/nbd0 -b 512 -C 4" "$out" ||
     fail "no nbd-client line with -b 512"
 grep -q "block sizes 1/512/33554432" "$out" || fail "the block sizes are not 1/512/32M"
-[ "$(fincore -rno PAGES "$tmp/demo/disk.img")" = 0 ] || fail "the demo image is in the page cache"
+[ "$(fincore_pages "$tmp/demo/disk.img")" = 0 ] || fail "the demo image is in the page cache"

@@ -4,10 +4,11 @@
 # needs the nbd driver to look present on this machine (whose kernel has
 # none), with a fake sysfs (PDIO_SYSFS).  pdio attaches over netlink, which
 # cannot be faked: attaching for real runs in the VM guest (tests/vm,
-# scenarios frontend, recover, mount, partitions).
+# scenarios cli, recover, mount, partitions).
 
-# PDIO_TEST_PDIO tests another build (e.g. a deliberately broken one).
-pdio=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:?run from make check}/src/cli/pdio}
+# common.sh's $PDIO: PDIO_TEST_PDIO tests another build (e.g. a
+# deliberately broken one).
+pdio=$PDIO
 [ -x "$pdio" ] || hard_error "pdio(1) not built: $pdio"
 
 # fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
@@ -83,3 +84,5 @@ alive ()
     _state=$(sed 's/^[^)]*) \(.\).*/\1/' "/proc/$1/stat" 2>/dev/null) || return 1
     [ -n "$_state" ] && [ "$_state" != Z ]
 }
+
+dead () { ! alive "$1"; }
