@@ -361,10 +361,8 @@ connect_device (const struct attach_opts *o, struct attach *a)
   }
   if (!test_break ("no-partscan"))
     device_scan_partitions (a->rec.device);
-  /* Only for tests: a failure after the device is up, which must be
-   * undone like any other (tests/vm frontend).
-   */
-  if (getenv ("PDIO_TEST_FAIL_AFTER_CONNECT")) {
+  /* A failure after the device is up must be undone like any other. */
+  if (test_break ("fail-after-connect")) {
     errorf (CMD ": injected failure after connecting %s", a->rec.device);
     return false;
   }

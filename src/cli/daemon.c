@@ -227,39 +227,13 @@ start_daemon (const struct server_opts *o, const char *log, char *why,
   return server;
 }
 
-/* Tests only (PDIO_TEST_BREAK=server-exits-with-supervisor): nbdkit -f
- * --exit-with-parent as our direct child, the design in which a device
- * dies with its supervisor; the guest's "supervisor killed" test must
- * fail with it.
- */
-static pid_t
-start_nbdkit_tied (const struct server_opts *o, const char *log, char *why,
-                   size_t len)
-{
-  struct server_opts fg = *o;
-  struct server_cmd cmd;
-  pid_t pid;
-
-  fg.pidfile = NULL;
-  unlink (o->socket);
-  server_argv (&fg, &cmd);
-  pid = run_background ((char **) cmd.argv, log);
-  for (unsigned t = 0; pid > 0 && access (o->socket, F_OK) == -1; t += 20) {
-    if (t >= 10000 || waitpid (pid, NULL, WNOHANG) == pid) {
-      snprintf (why, len, "nbdkit could not serve %s (see %s)", o->image,
-                log);
-      return -1;
-    }
-    msleep (20);
-  }
-  return pid;
-}
-
 pid_t
 server_start (const struct server_opts *o, const char *log, char *why,
-                size_t len)
+              size_t len)
 {
+#ifdef PDIO_TEST_BREAKS
   if (test_break ("server-exits-with-supervisor"))
-    return start_nbdkit_tied (o, log, why, len);
+    return test_start_server_tied (o, log, why, len);
+#endif
   return start_daemon (o, log, why, len);
 }

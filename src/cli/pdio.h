@@ -334,13 +334,20 @@ extern bool pid_is_supervisor (pid_t pid);
 /* "killed by SIGKILL", "exited with status 1"... */
 extern void describe_status (int status, char *buf, size_t len);
 
-/* Tests only: PDIO_TEST_BREAK is a comma-separated list of deliberate
- * breakages (no-restart, no-give-up, server-exits-with-supervisor,
- * no-autoclear, no-partscan, no-take-over, no-udev-settle,
- * no-umount-helper) with which the guest tests are run to show that each
- * fails without the feature it tests.
+/* --- break points: tests/vm/breaks.c, in the test build only ---------------- */
+/* The guest's negative tests run vm/pdio-broken, this program compiled
+ * with -DPDIO_TEST_BREAKS and tests/vm/breaks.c: test_break ("no-restart")
+ * is true there when $PDIO_TEST_BREAK lists it.  In pdio itself it is
+ * false and its argument is not compiled in.
  */
+#ifdef PDIO_TEST_BREAKS
 extern bool test_break (const char *what);
+/* server-exits-with-supervisor: nbdkit as our child, dying with us. */
+extern pid_t test_start_server_tied (const struct server_opts *o,
+                                     const char *log, char *why, size_t len);
+#else
+#define test_break(what) false
+#endif
 
 /* --- the commands -------------------------------------------------------------- */
 extern int cmd_restart (int argc, char **argv);

@@ -81,24 +81,6 @@ say (const char *fmt, ...)
 }
 
 bool
-test_break (const char *what)
-{
-  const char *v = getenv ("PDIO_TEST_BREAK");
-  size_t n = strlen (what);
-
-  while (v && *v) {
-    size_t len = strcspn (v, ",");
-
-    if (len == n && strncmp (v, what, n) == 0)
-      return true;
-    v += len;
-    if (*v == ',')
-      v++;
-  }
-  return false;
-}
-
-bool
 pid_is_supervisor (pid_t pid)
 {
   char comm[64];
