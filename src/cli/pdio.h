@@ -209,6 +209,11 @@ extern bool image_lock_free (const char *image, unsigned ms);
 /* Bytes of the image in the page cache (mincore), or -1. */
 extern int64_t image_cached_bytes (const char *image);
 
+/* --- announce.c: what pdio serve prints ----------------------------------- */
+/* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */
+extern void print_uri_and_attach (const char *socket, const char *port,
+                                  uint32_t dio_align, bool readonly);
+
 /* --- serve_native.c: pdio's own NBD server (src/server/) ------------------------- */
 struct native_serve {
   const char *image;            /* realpath */
@@ -221,12 +226,6 @@ struct native_serve {
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
   bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
 };
-/* The "uri: ..." and "attach: nbd-client ..." lines pdio serve prints once
- * it serves (the block size is the engine's alignment, within the kernel's
- * limits), for either front end.
- */
-extern void print_uri_and_attach (const char *socket, const char *port,
-                                  uint32_t dio_align, bool readonly);
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);
 

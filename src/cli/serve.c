@@ -135,30 +135,6 @@ parse (int argc, char **argv, struct serve_opts *o)
   return EXIT_OK;
 }
 
-void
-print_uri_and_attach (const char *socket, const char *port,
-                      uint32_t dio_align, bool readonly)
-{
-  uint32_t bs = dio_align < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE : dio_align;
-  char host[256] = "HOST";
-
-  if (bs > MAX_BLOCK_SIZE)
-    bs = MAX_BLOCK_SIZE;
-  if (socket) {
-    printf ("uri: nbd+unix:///?socket=%s\n", socket);
-    printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            socket, bs, DEFAULT_CONNECTIONS, readonly ? " -readonly" : "");
-  }
-  else {
-    if (gethostname (host, sizeof host) == -1)
-      snprintf (host, sizeof host, "HOST");
-    printf ("uri: nbd://%s:%s/\n", host, port);
-    printf ("attach: nbd-client %s %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            host, port, bs, DEFAULT_CONNECTIONS, readonly ? " -readonly" : "");
-  }
-  fflush (stdout);
-}
-
 static void
 print_how_to_attach (const struct serve_opts *o, const char *image,
                      const struct server_info *info)
