@@ -270,8 +270,7 @@ undo (struct attach *a)
     errorf (CMD ": %s: %s", a->rec.device, why);
   if (a->rec.server_pid > 0)
     server_stop (a->rec.server_pid);
-  record_remove (&a->rec);
-  unlink (a->log);
+  state_remove (a->rec.device);
 }
 
 static unsigned default_connections (void);

@@ -138,17 +138,7 @@ detach_one (const struct detach_opts *o, const struct record *rec)
    * server that has just exited.
    */
   image_lock_free (r->image, 2000);
-  record_remove (r);
-  {
-    char log[PATH_MAX];
-
-    state_path (r->device, "log", log, sizeof log);
-    unlink (log);
-    state_path (r->device, "log.prev", log, sizeof log);
-    unlink (log);
-    state_path (r->device, "supervisor.log", log, sizeof log);
-    unlink (log);
-  }
+  state_remove (r->device);
   return EXIT_OK;
 }
 

@@ -104,8 +104,10 @@ extern int record_write (const struct record *r);
 extern struct record *records_load (size_t *n);
 /* The record of one device ("/dev/nbdN"); -1 if there is none. */
 extern int record_load_device (const char *device, struct record *r);
-/* Removes the record, the socket and the pid file. */
-extern void record_remove (const struct record *r);
+/* Removes every file of the device in the run directory: socket, pid
+ * file, logs and record.  The one place that does.
+ */
+extern void state_remove (const char *device);
 
 /* --- sysfs.c: /dev/nbdN as the kernel sees it --------------------------------- */
 extern bool nbd_driver_present (void);

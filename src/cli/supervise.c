@@ -333,8 +333,6 @@ link_dead (struct sup *s)
 static void __attribute__ ((noreturn))
 device_gone (struct sup *s)
 {
-  char path[PATH_MAX];
-
   say ("%s is no longer connected: stopping server pid %d and exiting",
        s->rec.device, (int) s->rec.server_pid);
   if (s->rec.server_pid > 0) {
@@ -343,13 +341,7 @@ device_gone (struct sup *s)
   }
   image_lock_free (s->rec.image, 2000);
   device_drop_partitions (s->rec.device);
-  record_remove (&s->rec);
-  state_path (s->rec.device, "log", path, sizeof path);
-  unlink (path);
-  state_path (s->rec.device, "log.prev", path, sizeof path);
-  unlink (path);
-  state_path (s->rec.device, "supervisor.log", path, sizeof path);
-  unlink (path);
+  state_remove (s->rec.device);
   exit (EXIT_OK);
 }
 
