@@ -1,9 +1,9 @@
 /* pdio detach DEVICE|IMAGE, pdio detach --all: stop the device's
  * supervisor (so that it does not restart the server), disconnect the
- * device over netlink, stop its nbdkit by the pid in the record, remove
- * the socket and the record.
- * A device that is mounted or held is refused unless --force.  Records
- * whose server or device is gone (stale) are cleaned up as well.
+ * device over netlink, stop its server by the pid in the record, remove
+ * its files from the run directory.  A device that is mounted or held is
+ * refused unless --force.  Records whose server or device is gone (stale)
+ * are cleaned up as well.
  */
 #include <config.h>
 

@@ -1,10 +1,10 @@
 /* pdio serve IMAGE: a server for attaching by hand or over TCP, in the
  * foreground.  By default pdio's own NBD server runs in this process
- * (serve_native.c); --nbdkit runs the server attach used to start: nbdkit
- * with pdio.so, which prints the URI and the nbd-client command with the
- * right block size once the server answers, then runs until nbdkit exits
- * or pdio gets SIGINT, SIGTERM or SIGHUP (passed on to nbdkit as
- * SIGTERM), and exits with nbdkit's status.
+ * (serve_native.c).  --nbdkit runs nbdkit with pdio.so as a child: pdio
+ * prints the URI and the nbd-client command with the right block size
+ * once nbdkit answers, then runs until nbdkit exits or pdio gets SIGINT,
+ * SIGTERM or SIGHUP (passed on to nbdkit as SIGTERM), and exits with
+ * nbdkit's status.
  */
 #include <config.h>
 
