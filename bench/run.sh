@@ -6,7 +6,7 @@
 #   bench/run.sh --repeat 2          the matrix twice; tables show median and min–max
 #   bench/run.sh --smoke             2 s jobs with 1 s ramp: a quick sanity run
 #   bench/run.sh --repeat 2 --publish   ... and write docs/performance.md + chart
-#   bench/run.sh --check [RESULTS]   the issue's targets, PASS/MISS with margins,
+#   bench/run.sh --check [RESULTS]   the targets, PASS/MISS with margins,
 #                                    from a results.json (default: the latest run)
 #   bench/run.sh --report [RESULTS]  re-render summary.md and the chart
 #   bench/run.sh --help              every option (--servers, --jobs, --runtime ...)
@@ -18,9 +18,12 @@
 # fio/ and logs/); bench/results/latest points at the newest run.
 #
 # Needs the plugin built (scripts/bootstrap build) and the peers installed
-# (scripts/bootstrap deps installs them).  See bench/README.
+# (scripts/bootstrap deps installs them).  The code is the Python package
+# bench/pdio_bench/.  See bench/README.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3
-exec "$py" "$here/pdio_bench.py" "$@"
+PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH
+exec "$py" -m pdio_bench "$@"

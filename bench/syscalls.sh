@@ -3,8 +3,8 @@
 # switches and system calls per I/O, counted with perf on the server's PID
 # over a whole fio run (fio's I/O count is the divisor).  Counts do not
 # move with the host's load the way IOPS and CPU time do, so this is the
-# tool for before/after comparisons
-# of the data path (docs/performance.md, "Where pdio's time goes").
+# tool for before/after comparisons of the data path (docs/performance.md,
+# "Where pdio's time goes").
 #
 # Usage: bench/syscalls.sh [--job rr|rw|rr4x8] [--seconds S] SERVER...
 #   SERVER: pdio, pdio-psync, pdio-tN (nbdkit --threads=N), null,

@@ -2,7 +2,8 @@
  * every byte going through O_DIRECT, so the image never sits in the host's
  * page cache.  Thin glue: parameters, one callback per NBD operation, and
  * the one place where an engine error becomes what the client sees.  All
- * the work is in src/ (the engine).
+ * the work is in the engine (src/engine/).  The callbacks are plugin_*:
+ * pdio_* is the engine's API.
  */
 #include <config.h>
 
@@ -91,7 +92,7 @@ static const struct pdio_log plugin_log = {
 };
 
 static void
-pdio_unload (void)
+plugin_unload (void)
 {
   if (image) {
     struct pdio_stats st;
@@ -123,7 +124,7 @@ parse_align (const char *value)
 }
 
 static int
-pdio_config (const char *key, const char *value)
+plugin_config (const char *key, const char *value)
 {
   int r;
 
@@ -160,7 +161,7 @@ pdio_config (const char *key, const char *value)
 }
 
 static int
-pdio_config_complete (void)
+plugin_config_complete (void)
 {
   if (filename == NULL) {
     nbdkit_error ("the file=IMAGE parameter is required");
@@ -169,14 +170,14 @@ pdio_config_complete (void)
   return 0;
 }
 
-#define pdio_config_help \
+#define plugin_config_help \
   "file=<FILENAME>     (required) The image file or block device.\n" \
   "readonly=true       Serve read-only.\n" \
   "backend=io_uring|psync  I/O backend (default io_uring, psync if refused).\n" \
   "align=<N>           Raise the direct-I/O alignment (power of two)."
 
 static int
-pdio_get_ready (void)
+plugin_get_ready (void)
 {
   const struct pdio_config cfg = {
     .file = filename,
@@ -196,14 +197,14 @@ pdio_get_ready (void)
 }
 
 static void *
-pdio_open_connection (int readonly_conn)
+plugin_open_connection (int readonly_conn)
 {
   (void) readonly_conn;
   return image;
 }
 
 static void
-pdio_close_connection (void *handle)
+plugin_close_connection (void *handle)
 {
   struct pdio_stats st;
   char buf[512];
@@ -229,7 +230,7 @@ fail (int r, const char *op, uint32_t count, uint64_t offset)
 }
 
 static int64_t
-pdio_get_size (void *handle)
+plugin_get_size (void *handle)
 {
   struct pdio_info info;
 
@@ -238,8 +239,8 @@ pdio_get_size (void *handle)
 }
 
 static int
-pdio_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
-                 uint32_t *maximum)
+plugin_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
+                   uint32_t *maximum)
 {
   struct pdio_info info;
 
@@ -251,7 +252,7 @@ pdio_block_size (void *handle, uint32_t *minimum, uint32_t *preferred,
 }
 
 static int
-pdio_can_write (void *handle)
+plugin_can_write (void *handle)
 {
   struct pdio_info info;
 
@@ -260,7 +261,7 @@ pdio_can_write (void *handle)
 }
 
 static int
-pdio_can_extents (void *handle)
+plugin_can_extents (void *handle)
 {
   struct pdio_info info;
 
@@ -269,14 +270,14 @@ pdio_can_extents (void *handle)
 }
 
 static int
-pdio_can_true (void *handle)
+plugin_can_true (void *handle)
 {
   (void) handle;
   return 1;
 }
 
 static int
-pdio_can_fua (void *handle)
+plugin_can_fua (void *handle)
 {
   (void) handle;
   return NBDKIT_FUA_NATIVE;
@@ -286,7 +287,7 @@ pdio_can_fua (void *handle)
  * something it deliberately does not do.
  */
 static int
-pdio_can_cache (void *handle)
+plugin_can_cache (void *handle)
 {
   (void) handle;
   return NBDKIT_CACHE_NONE;
@@ -299,8 +300,8 @@ pdio_can_cache (void *handle)
     return fail (-errno, op, count, offset)
 
 static int
-pdio_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
-            uint32_t flags)
+plugin_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
+              uint32_t flags)
 {
   THREAD_OR_FAIL (t, "pread", count, offset);
   int r = pdio_read (t, buf, count, offset);
@@ -311,8 +312,8 @@ pdio_pread (void *handle, void *buf, uint32_t count, uint64_t offset,
 }
 
 static int
-pdio_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
-             uint32_t flags)
+plugin_pwrite (void *handle, const void *buf, uint32_t count,
+               uint64_t offset, uint32_t flags)
 {
   THREAD_OR_FAIL (t, "pwrite", count, offset);
   int r = pdio_write (t, buf, count, offset,
@@ -323,7 +324,7 @@ pdio_pwrite (void *handle, const void *buf, uint32_t count, uint64_t offset,
 }
 
 static int
-pdio_zero_cb (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+plugin_zero (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   THREAD_OR_FAIL (t, "zero", count, offset);
   unsigned f = 0;
@@ -341,7 +342,7 @@ pdio_zero_cb (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 }
 
 static int
-pdio_trim_cb (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
+plugin_trim (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 {
   THREAD_OR_FAIL (t, "trim", count, offset);
   int r = pdio_trim (t, count, offset,
@@ -352,7 +353,7 @@ pdio_trim_cb (void *handle, uint32_t count, uint64_t offset, uint32_t flags)
 }
 
 static int
-pdio_flush_cb (void *handle, uint32_t flags)
+plugin_flush (void *handle, uint32_t flags)
 {
   THREAD_OR_FAIL (t, "flush", 0, 0);
   int r = pdio_flush (t);
@@ -372,8 +373,8 @@ add_extent (void *opaque, uint64_t offset, uint64_t length, bool hole)
 }
 
 static int
-pdio_extents_cb (void *handle, uint32_t count, uint64_t offset,
-                 uint32_t flags, struct nbdkit_extents *extents)
+plugin_extents (void *handle, uint32_t count, uint64_t offset,
+                uint32_t flags, struct nbdkit_extents *extents)
 {
   int r = pdio_extents (handle, count, offset, flags & NBDKIT_FLAG_REQ_ONE,
                         add_extent, extents);
@@ -388,30 +389,30 @@ static struct nbdkit_plugin plugin = {
   .description = "Serves an image with every byte through O_DIRECT, so it "
                  "never sits in the host page cache.",
   .magic_config_key = "file",
-  .config = pdio_config,
-  .config_complete = pdio_config_complete,
-  .config_help = pdio_config_help,
-  .get_ready = pdio_get_ready,
-  .unload = pdio_unload,
-  .open = pdio_open_connection,
-  .close = pdio_close_connection,
-  .get_size = pdio_get_size,
-  .block_size = pdio_block_size,
-  .can_write = pdio_can_write,
-  .can_flush = pdio_can_true,
-  .can_fua = pdio_can_fua,
-  .can_trim = pdio_can_true,
-  .can_zero = pdio_can_true,
-  .can_fast_zero = pdio_can_true,
-  .can_extents = pdio_can_extents,
-  .can_multi_conn = pdio_can_true,
-  .can_cache = pdio_can_cache,
-  .pread = pdio_pread,
-  .pwrite = pdio_pwrite,
-  .zero = pdio_zero_cb,
-  .trim = pdio_trim_cb,
-  .flush = pdio_flush_cb,
-  .extents = pdio_extents_cb,
+  .config = plugin_config,
+  .config_complete = plugin_config_complete,
+  .config_help = plugin_config_help,
+  .get_ready = plugin_get_ready,
+  .unload = plugin_unload,
+  .open = plugin_open_connection,
+  .close = plugin_close_connection,
+  .get_size = plugin_get_size,
+  .block_size = plugin_block_size,
+  .can_write = plugin_can_write,
+  .can_flush = plugin_can_true,
+  .can_fua = plugin_can_fua,
+  .can_trim = plugin_can_true,
+  .can_zero = plugin_can_true,
+  .can_fast_zero = plugin_can_true,
+  .can_extents = plugin_can_extents,
+  .can_multi_conn = plugin_can_true,
+  .can_cache = plugin_can_cache,
+  .pread = plugin_pread,
+  .pwrite = plugin_pwrite,
+  .zero = plugin_zero,
+  .trim = plugin_trim,
+  .flush = plugin_flush,
+  .extents = plugin_extents,
   .errno_is_preserved = 1,
 };
 

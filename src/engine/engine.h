@@ -145,6 +145,10 @@ struct pdio_completion {
   void (*fn) (struct pdio_completion *c, int res, uint32_t cqe_flags);
 };
 
+/* The struct of the given type whose member is at ptr. */
+#define container_of(ptr, type, member) \
+  ((type *) ((char *) (ptr) - offsetof (type, member)))
+
 /* liburing's types; this header does not need <liburing.h> itself. */
 struct io_uring;
 struct io_uring_sqe;
@@ -182,6 +186,10 @@ extern int pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
  */
 extern void *pdio_buf_get (struct pdio_thread *t, size_t len);
 extern void pdio_buf_put (struct pdio_thread *t, void *buf, size_t len);
+/* The pool memory pdio_buf_get (t, len) takes: len rounded up as above.
+ * A front end that bounds what it holds counts this, not len.
+ */
+extern size_t pdio_buf_cost (size_t len);
 /* The largest len pdio_buf_get can ever satisfy (0: none). */
 extern size_t pdio_buf_max (const struct pdio_thread *t);
 /* fn(opaque) runs from pdio_thread_poll after pool memory was freed

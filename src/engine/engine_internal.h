@@ -103,9 +103,6 @@ struct pdio_thread {
 #define COUNT(img, field, n) \
   atomic_fetch_add_explicit (&(img)->stats.field, (n), memory_order_relaxed)
 
-#define container_of(ptr, type, member) \
-  ((type *) ((char *) (ptr) - offsetof (type, member)))
-
 enum engine_log_level { ENGINE_LOG_ERROR, ENGINE_LOG_WARNING, ENGINE_LOG_DEBUG };
 extern void engine_log (const struct pdio_image *img,
                         enum engine_log_level level, const char *fmt, ...)

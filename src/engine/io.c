@@ -66,7 +66,7 @@ static void xfer_issue (struct xfer *x);
 static void
 xfer_completed (struct pdio_completion *c, int res, uint32_t cqe_flags)
 {
-  struct xfer *x = (struct xfer *) ((char *) c - offsetof (struct xfer, op.comp));
+  struct xfer *x = container_of (c, struct xfer, op.comp);
 
   (void) cqe_flags;
   /* On the ring, valgrind cannot see what the read wrote (vg.h). */

@@ -403,6 +403,12 @@ pdio_buf_put (struct pdio_thread *t, void *buf, size_t len)
 }
 
 size_t
+pdio_buf_cost (size_t len)
+{
+  return pool_rounded (len);
+}
+
+size_t
 pdio_buf_max (const struct pdio_thread *t)
 {
   return pool_buf_max (&t->pool);

@@ -1,29 +1,45 @@
-/* One client connection: the handshake, then transmission.  Everything
- * runs on the worker's thread, driven by completions on its ring: at most
- * one receive and one send are queued per connection at a time (a stream
- * socket's bytes must go out in order), engine requests as many as the
- * client sends, up to CONN_MAX_REQUESTS.
+/* One client connection, driven by completions on its worker's ring:
+ * everything runs on the worker's thread and nothing waits.  Its life is
+ * one phase (enum conn_phase):
+ *
+ *   CONN_HANDSHAKE     the negotiation (handshake.c) says what to receive
+ *                      and send next; it ends in TRANSMISSION, or DEAD.
+ *   CONN_TRANSMISSION  requests are read and answered.  NBD_CMD_DISC or a
+ *                      server stop leads to DRAINING; a hang-up or a
+ *                      failure (bad magic, a receive or send that fails,
+ *                      the watchdog) to DEAD.
+ *   CONN_DRAINING      the soft end: no request is read any more; once
+ *                      every request read has its reply sent, DEAD.
+ *   CONN_DEAD          the hard end: the socket is shut down, the receive
+ *                      cancelled, the replies not being sent dropped; the
+ *                      connection is freed once nothing of it is in
+ *                      flight (maybe_end says when a phase is over).
+ *
+ * In flight, whatever the phase: at most one receive and one send on the
+ * ring (a stream socket's bytes must stay in order), the receive's
+ * cancel, and the commands started (cmd.c; engine requests cannot be
+ * cancelled: their completions find the connection dead and just free
+ * their memory).  Within transmission, rx says what the next receive is
+ * for; tx says where the replies are: none, queued until the end of this
+ * round of completions, or being sent.
  *
  * A request's life: its 28-byte header is received into the connection;
- * it is checked (proto.c); a READ or WRITE gets pool memory of its length
- * (pdio_buf_get: page-aligned, so the engine does direct I/O on it), a
- * WRITE's payload is received straight into that memory and handed to the
- * engine as is; the engine's completion queues the reply, and once the
- * round of completions is dispatched, a READ's reply goes out as its
- * header and data in one sendmsg, batched with every other queued reply.  The memory goes back to the pool
- * when the engine is done (WRITE) or the reply is sent (READ).  Replies go
- * out in completion order, not request order.
+ * it is checked (nbd_check_request); a READ or WRITE gets pool memory of
+ * its length (pdio_buf_get: page-aligned, so the engine does direct I/O
+ * on it), a WRITE's payload is received straight into that memory; the
+ * command is started (cmd.c) and its end queues the reply; once the round
+ * of completions is dispatched, a READ's reply goes out as its header and
+ * data in one sendmsg, batched with every other queued reply.  The memory
+ * goes back to the pool when the engine is done (WRITE) or the reply is
+ * sent (READ).  Replies go out in completion order, not request order.
  *
  * Backpressure: when the pool says no, or the connection holds
  * CONN_MAX_REQUESTS requests or CONN_MAX_POOL_BYTES of memory, it stops
- * receiving (it is "stalled") and the worker retries it after its next
- * round of completions.
+ * receiving (RX_STALLED, on its worker's stalled list) and the worker
+ * retries it after its next round of completions.
  *
- * Ending: conn_abort() hangs up (shutdown, cancel the receive) and frees
- * the connection once nothing of it is in flight: no receive, no send, no
- * engine request (those cannot be cancelled; their completions find the
- * connection dead and just free their memory).  A soft end (NBD_CMD_DISC,
- * server stop) first stops receiving and lets every reply go out.
+ * The worker's lists of connections (struct conn_lists) are this file's:
+ * the worker only calls conn_list_*.
  */
 #include <config.h>
 
@@ -31,18 +47,18 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cmd.h"
 #include "handshake.h"
 #include "internal.h"
 #include "vg.h"
 
 /* Iovecs per sendmsg: up to 32 replies of header + data in one call. */
 #define CONN_IOV 64
-/* A BLOCK_STATUS reply is built in one pool page: up to 509 extents. */
-#define BLOCK_STATUS_BUF 4096
 /* A small WRITE's payload is received together with whatever of the next
  * request's header has arrived behind it, in one receive without
  * MSG_WAITALL: a client that pipelines sends both at once, so one
@@ -52,51 +68,55 @@
  */
 #define RX_COMBINED_MAX (16 * 1024)
 
-struct req {
-  struct pdio_req er;           /* the engine's request */
-  struct conn *c;
-  struct req *next;             /* send queue, or free list */
-  struct nbd_request nbd;
-  void *buf;                    /* pool memory, or NULL */
-  size_t buf_len;
-  uint32_t error;               /* the NBD error of the reply */
-  uint8_t hdr[NBD_OFFSET_DATA_HEADER_LEN];
-  uint8_t hdr_len;
-  const void *payload;          /* what follows hdr on the wire */
-  size_t payload_len;
+/* The life stage: see the top of this file. */
+enum conn_phase {
+  CONN_HANDSHAKE,
+  CONN_TRANSMISSION,
+  CONN_DRAINING,
+  CONN_DEAD,
 };
 
-enum rx_state {
-  RX_HEADER,                    /* receiving a request header */
-  RX_PAYLOAD,                   /* receiving a WRITE's data into rx_req */
-  RX_DISCARD,                   /* dropping a refused WRITE's data */
-  RX_STALLED,                   /* a header waits for memory or a slot */
-  RX_STOPPED,                   /* no more requests will be read */
+/* What the next receive of the transmission phase is for. */
+enum rx_step {
+  RX_HEADER,                    /* a request header */
+  RX_PAYLOAD,                   /* a WRITE's data, into rx_cmd */
+  RX_DISCARD,                   /* a refused WRITE's data, dropped */
+  RX_STALLED,                   /* none yet: the header in pending waits
+                                   for memory or a slot, on the worker's
+                                   stalled list */
+};
+
+/* Where the replies are. */
+enum tx_state {
+  TX_IDLE,                      /* none queued */
+  TX_QUEUED,                    /* queued, on the worker's to_send list
+                                   until this round of completions ends */
+  TX_SENDING,                   /* a send is on the ring */
 };
 
 struct conn {
   struct worker *w;
   int fd;
-  struct conn *prev, *next;     /* the worker's connections */
-  struct conn *stall_next;
-  bool on_stall_list;
-  struct conn *send_next;       /* the worker's list of replies to send */
-  bool on_send_list;
+  enum conn_phase phase;
+  LIST_ENTRY (conn) link;       /* w->conns.all */
+  TAILQ_ENTRY (conn) stall_link; /* w->conns.stalled, while RX_STALLED */
+  TAILQ_ENTRY (conn) send_link; /* w->conns.to_send, while TX_QUEUED */
 
-  struct nbd_handshake *hs;     /* during the handshake only */
+  struct nbd_handshake *hs;     /* CONN_HANDSHAKE only */
   size_t hs_sent;
   struct nbd_session s;
 
   time_t started, rx_progress, tx_progress;
 
   /* Receiving. */
-  enum rx_state rx;
-  bool rx_pending;
-  struct pdio_completion rx_c;
+  bool rx_pending;              /* a receive is on the ring */
+  bool cancel_pending;          /* and a cancel of it */
+  struct pdio_completion rx_c, cancel_c;
+  enum rx_step rx;              /* CONN_TRANSMISSION */
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
-  struct req *rx_req;           /* RX_PAYLOAD, RX_DISCARD (its reply) */
+  struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
   struct msghdr rx_msg;         /* a payload and the next header */
@@ -104,23 +124,18 @@ struct conn {
   int rx_iovcnt;
 
   /* Sending. */
-  struct req *tx_head, *tx_tail;
-  size_t tx_off;                /* bytes of tx_head already sent */
-  bool tx_pending;
+  enum tx_state tx;
+  STAILQ_HEAD (, nbd_cmd) replies; /* in the order they go out */
+  size_t tx_off;                /* bytes of the first reply already sent */
   struct pdio_completion tx_c;
   struct msghdr msg;
   struct iovec iov[CONN_IOV];
 
-  /* Requests and memory. */
-  struct req *free_reqs;
-  unsigned n_reqs;              /* requests between header and freeing */
-  unsigned engine_inflight;
-  size_t pool_held;
-
-  bool cancel_pending;
-  struct pdio_completion cancel_c;
-  bool draining;                /* soft end: answer what is in, then close */
-  bool dead;                    /* hard end: free once nothing is in flight */
+  /* Commands and memory. */
+  STAILQ_HEAD (, nbd_cmd) free_cmds;
+  unsigned n_cmds;              /* between header and freeing */
+  unsigned n_running;           /* started, not yet done */
+  size_t pool_held;             /* pdio_buf_cost of their memory */
 };
 
 static void hs_step (struct conn *c);
@@ -133,20 +148,6 @@ static struct pdio_thread *
 thr (const struct conn *c)
 {
   return c->w->t;
-}
-
-/* What pdio_buf_get (len) takes from the pool: a power-of-two number of
- * 4 KiB pages (engine.h).  Connections account for this, so their bound
- * is in real pool memory.
- */
-static size_t
-pool_cost (size_t len)
-{
-  size_t pages = (len + 4095) / 4096, p = 1;
-
-  while (p < pages)
-    p <<= 1;
-  return p * 4096;
 }
 
 /* An SQE, or NULL with the connection hung up (the ring cannot submit:
@@ -182,7 +183,7 @@ submit_recv (struct conn *c, void *buf, size_t len)
   return true;
 }
 
-/* The rest of rx_req's payload, then into hdr (empty: hdr_got is 0 while
+/* The rest of rx_cmd's payload, then into hdr (empty: hdr_got is 0 while
  * a payload is received) what of the next header is there already.
  */
 static bool
@@ -193,8 +194,8 @@ submit_recv_payload_and_header (struct conn *c)
   if (sqe == NULL)
     return false;
   c->rx_iov[0] = (struct iovec) {
-    .iov_base = (uint8_t *) c->rx_req->buf + c->payload_got,
-    .iov_len = c->rx_req->nbd.count - c->payload_got,
+    .iov_base = (uint8_t *) c->rx_cmd->buf + c->payload_got,
+    .iov_len = c->rx_cmd->nbd.count - c->payload_got,
   };
   c->rx_iov[1] = (struct iovec) { .iov_base = c->hdr,
                                   .iov_len = NBD_REQUEST_LEN };
@@ -219,112 +220,82 @@ submit_send (struct conn *c, size_t iovcnt)
   c->msg = (struct msghdr) { .msg_iov = c->iov, .msg_iovlen = iovcnt };
   io_uring_prep_sendmsg (sqe, c->fd, &c->msg, MSG_NOSIGNAL);
   io_uring_sqe_set_data (sqe, &c->tx_c);
-  c->tx_pending = true;
+  c->tx = TX_SENDING;
   return true;
 }
 
-/* --- requests ------------------------------------------------------------------ */
-static struct req *
-req_new (struct conn *c)
+/* --- commands ----------------------------------------------------------------- */
+static struct nbd_cmd *
+nbd_cmd_new (struct conn *c)
 {
-  struct req *q = c->free_reqs;
+  struct nbd_cmd *cmd = STAILQ_FIRST (&c->free_cmds);
 
-  if (q)
-    c->free_reqs = q->next;
-  else if ((q = malloc (sizeof *q)) == NULL)
+  if (cmd)
+    STAILQ_REMOVE_HEAD (&c->free_cmds, link);
+  else if ((cmd = malloc (sizeof *cmd)) == NULL)
     return NULL;
-  memset (q, 0, sizeof *q);
-  q->c = c;
-  c->n_reqs++;
-  return q;
+  memset (cmd, 0, sizeof *cmd);
+  cmd->w = c->w;
+  cmd->c = c;
+  c->n_cmds++;
+  return cmd;
 }
 
 static void
-release_buf (struct req *q)
+release_buf (struct conn *c, struct nbd_cmd *cmd)
 {
-  struct conn *c = q->c;
-
-  if (q->buf) {
-    pdio_buf_put (thr (c), q->buf, q->buf_len);
-    c->pool_held -= pool_cost (q->buf_len);
-    q->buf = NULL;
-    q->payload = NULL;
+  if (cmd->buf) {
+    pdio_buf_put (thr (c), cmd->buf, cmd->buf_len);
+    c->pool_held -= pdio_buf_cost (cmd->buf_len);
+    cmd->buf = NULL;
+    cmd->payload = NULL;
   }
 }
 
 static void
-req_free (struct req *q)
+nbd_cmd_free (struct conn *c, struct nbd_cmd *cmd)
 {
-  struct conn *c = q->c;
-
-  release_buf (q);
-  c->n_reqs--;
-  q->next = c->free_reqs;
-  c->free_reqs = q;
+  release_buf (c, cmd);
+  c->n_cmds--;
+  STAILQ_INSERT_HEAD (&c->free_cmds, cmd, link);
 }
 
-/* --- freeing ------------------------------------------------------------------ */
-static void
-unlink_stalled (struct conn *c)
+/* --- the end ------------------------------------------------------------------- */
+/* What of c the ring or the engine still holds: c outlives all of it. */
+static bool
+in_flight (const struct conn *c)
 {
-  struct conn **p = &c->w->stalled;
-
-  if (!c->on_stall_list)
-    return;
-  while (*p && *p != c)
-    p = &(*p)->stall_next;
-  if (*p)
-    *p = c->stall_next;
-  c->on_stall_list = false;
-}
-
-static void
-unlink_send (struct conn *c)
-{
-  struct conn **p = &c->w->to_send;
-
-  if (!c->on_send_list)
-    return;
-  while (*p && *p != c)
-    p = &(*p)->send_next;
-  if (*p)
-    *p = c->send_next;
-  c->on_send_list = false;
+  return c->rx_pending || c->cancel_pending || c->tx == TX_SENDING ||
+         c->n_running;
 }
 
 /* Drops the replies not being sent right now. */
 static void
 drop_queue (struct conn *c)
 {
-  while (c->tx_head && !c->tx_pending) {
-    struct req *q = c->tx_head;
+  struct nbd_cmd *cmd;
 
-    c->tx_head = q->next;
-    req_free (q);
+  if (c->tx == TX_SENDING)
+    return;
+  while ((cmd = STAILQ_FIRST (&c->replies)) != NULL) {
+    STAILQ_REMOVE_HEAD (&c->replies, link);
+    nbd_cmd_free (c, cmd);
   }
-  if (c->tx_head == NULL)
-    c->tx_tail = NULL;
 }
 
 static void
-maybe_free (struct conn *c)
+conn_free (struct conn *c)
 {
   struct worker *w = c->w;
+  struct nbd_cmd *cmd;
 
-  if (!c->dead || c->rx_pending || c->tx_pending || c->cancel_pending ||
-      c->engine_inflight)
-    return;
   drop_queue (c);
-  if (c->rx_req)
-    req_free (c->rx_req);
-  while (c->free_reqs) {
-    struct req *q = c->free_reqs;
-
-    c->free_reqs = q->next;
-    free (q);
+  if (c->rx_cmd)
+    nbd_cmd_free (c, c->rx_cmd);
+  while ((cmd = STAILQ_FIRST (&c->free_cmds)) != NULL) {
+    STAILQ_REMOVE_HEAD (&c->free_cmds, link);
+    free (cmd);
   }
-  unlink_stalled (c);
-  unlink_send (c);
   if (w->ctx->log.debug) {
     /* As the plugin does at each close: the tests read these. */
     struct pdio_stats st;
@@ -335,15 +306,33 @@ maybe_free (struct conn *c)
     worker_log (w, LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
   }
   close (c->fd);
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    w->conns = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  w->n_conns--;
+  LIST_REMOVE (c, link);
+  w->conns.n--;
   free (c->hs);
   free (c);
+}
+
+/* Called whenever something of c completed or its phase changed: a
+ * draining connection closes once every reply is sent, a dead one is
+ * freed once nothing of it is in flight.  The caller must not touch c
+ * afterwards.
+ */
+static void
+maybe_end (struct conn *c)
+{
+  switch (c->phase) {
+  case CONN_DRAINING:
+    if (!in_flight (c) && STAILQ_EMPTY (&c->replies))
+      conn_abort (c, "all replies sent");
+    return;
+  case CONN_DEAD:
+    if (!in_flight (c))
+      conn_free (c);
+    return;
+  case CONN_HANDSHAKE:
+  case CONN_TRANSMISSION:
+    return;
+  }
 }
 
 static void
@@ -354,7 +343,7 @@ on_cancel (struct pdio_completion *pc, int res, uint32_t flags)
   (void) res;                   /* 0, -ENOENT, -EALREADY: all fine */
   (void) flags;
   c->cancel_pending = false;
-  maybe_free (c);
+  maybe_end (c);
 }
 
 static void
@@ -369,90 +358,88 @@ cancel_recv (struct conn *c)
   c->cancel_pending = true;
 }
 
-/* Hangs up.  The caller must not touch c afterwards: it may be freed. */
+/* Leaves RX_STALLED, and so the worker's stalled list. */
+static void
+unstall (struct conn *c)
+{
+  if (c->rx == RX_STALLED) {
+    TAILQ_REMOVE (&c->w->conns.stalled, c, stall_link);
+    c->rx = RX_HEADER;
+  }
+}
+
+/* Hangs up: CONN_DEAD.  The caller must not touch c afterwards. */
 static void
 conn_abort (struct conn *c, const char *why)
 {
-  if (c->dead)
+  if (c->phase == CONN_DEAD)
     return;
   worker_log (c->w, LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
-  c->dead = true;
+  unstall (c);
+  if (c->tx == TX_QUEUED) {
+    TAILQ_REMOVE (&c->w->conns.to_send, c, send_link);
+    c->tx = TX_IDLE;
+  }
+  c->phase = CONN_DEAD;
   /* Wakes a pending receive or send at once, on unix and TCP sockets. */
   shutdown (c->fd, SHUT_RDWR);
   cancel_recv (c);
   drop_queue (c);
-  maybe_free (c);
+  maybe_end (c);
 }
 
-/* A soft end is complete once every request got its reply. */
+/* The soft end (NBD_CMD_DISC, a server stop): CONN_DRAINING.  The caller
+ * must not touch c afterwards.
+ */
 static void
-maybe_close (struct conn *c)
+drain (struct conn *c)
 {
-  if (c->draining && !c->dead && !c->rx_pending && c->engine_inflight == 0 &&
-      c->tx_head == NULL && !c->tx_pending && c->rx_req == NULL)
-    conn_abort (c, "all replies sent");
+  unstall (c);
+  c->phase = CONN_DRAINING;
+  /* What it brings is not served (on_recv). */
+  cancel_recv (c);
+  maybe_end (c);
 }
 
 /* --- sending ------------------------------------------------------------------ */
 static void
-queue_reply (struct conn *c, struct req *q)
+queue_reply (struct conn *c, struct nbd_cmd *cmd)
 {
-  q->next = NULL;
-  if (c->tx_tail)
-    c->tx_tail->next = q;
-  else
-    c->tx_head = q;
-  c->tx_tail = q;
-  /* Sent when this round of completions is dispatched (conn_send), so
-   * the replies of requests that finish together share one sendmsg.
+  STAILQ_INSERT_TAIL (&c->replies, cmd, link);
+  /* Sent when this round of completions is dispatched (conn_list_send_all),
+   * so the replies of requests that finish together share one sendmsg.
    */
-  if (!c->on_send_list && !c->tx_pending) {
-    c->send_next = c->w->to_send;
-    c->w->to_send = c;
-    c->on_send_list = true;
+  if (c->tx == TX_IDLE) {
+    c->tx = TX_QUEUED;
+    TAILQ_INSERT_TAIL (&c->w->conns.to_send, c, send_link);
   }
 }
 
-/* The reply's header (and payload) from its error or result.  Structured
- * replies when negotiated for READ and BLOCK_STATUS, which need them, and
- * for errors (an error chunk); the spec allows the shorter simple reply
- * for the other successes.
- */
 static void
-reply (struct conn *c, struct req *q)
+reply (struct conn *c, struct nbd_cmd *cmd)
 {
-  const struct nbd_request *r = &q->nbd;
-
-  if (q->error) {
-    release_buf (q);
-    q->payload_len = 0;
-    q->hdr_len = c->s.structured ? nbd_error_chunk (q->hdr, r->cookie, q->error)
-                                 : nbd_simple_reply (q->hdr, r->cookie, q->error);
-  }
-  else if (r->type == NBD_CMD_READ) {
-    q->hdr_len = c->s.structured
-      ? nbd_offset_data_header (q->hdr, r->cookie, r->offset, r->count)
-      : nbd_simple_reply (q->hdr, r->cookie, 0);
-    q->payload = q->buf;
-    q->payload_len = r->count;
-  }
-  else if (r->type == NBD_CMD_BLOCK_STATUS)
-    q->hdr_len = 0;             /* the whole chunk is the payload */
-  else
-    q->hdr_len = nbd_simple_reply (q->hdr, r->cookie, 0);
-  queue_reply (c, q);
+  /* An error reply carries no data: the memory can go now. */
+  if (cmd->error)
+    release_buf (c, cmd);
+  nbd_cmd_reply (cmd, c->s.structured);
+  queue_reply (c, cmd);
 }
 
+/* Sends what of the queued replies fits one sendmsg.  The caller must not
+ * touch c afterwards (a failure hangs up).
+ */
 static void
 tx_kick (struct conn *c)
 {
   size_t n = 0, skip = c->tx_off;
+  struct nbd_cmd *cmd;
 
-  if (c->tx_pending || c->tx_head == NULL || c->dead)
+  if (c->tx == TX_SENDING || STAILQ_EMPTY (&c->replies))
     return;
-  for (struct req *q = c->tx_head; q && n + 2 <= CONN_IOV; q = q->next) {
+  for (cmd = STAILQ_FIRST (&c->replies); cmd && n + 2 <= CONN_IOV;
+       cmd = STAILQ_NEXT (cmd, link)) {
     const struct { const void *p; size_t len; } seg[2] = {
-      { q->hdr, q->hdr_len }, { q->payload, q->payload_len },
+      { cmd->hdr, cmd->hdr_len }, { cmd->payload, cmd->payload_len },
     };
 
     for (int i = 0; i < 2; i++) {
@@ -474,9 +461,10 @@ tx_kick (struct conn *c)
 static void
 sent_transmission (struct conn *c, size_t bytes)
 {
-  while (bytes && c->tx_head) {
-    struct req *q = c->tx_head;
-    size_t left = q->hdr_len + q->payload_len - c->tx_off;
+  struct nbd_cmd *cmd;
+
+  while (bytes && (cmd = STAILQ_FIRST (&c->replies)) != NULL) {
+    size_t left = cmd->hdr_len + cmd->payload_len - c->tx_off;
 
     if (bytes < left) {
       c->tx_off += bytes;
@@ -484,10 +472,8 @@ sent_transmission (struct conn *c, size_t bytes)
     }
     bytes -= left;
     c->tx_off = 0;
-    c->tx_head = q->next;
-    if (c->tx_head == NULL)
-      c->tx_tail = NULL;
-    req_free (q);
+    STAILQ_REMOVE_HEAD (&c->replies, link);
+    nbd_cmd_free (c, cmd);
   }
 }
 
@@ -497,9 +483,9 @@ on_send (struct pdio_completion *pc, int res, uint32_t flags)
   struct conn *c = container_of (pc, struct conn, tx_c);
 
   (void) flags;
-  c->tx_pending = false;
-  if (c->dead) {
-    maybe_free (c);
+  c->tx = TX_IDLE;
+  if (c->phase == CONN_DEAD) {
+    maybe_end (c);
     return;
   }
   if (res <= 0) {
@@ -507,14 +493,16 @@ on_send (struct pdio_completion *pc, int res, uint32_t flags)
     return;
   }
   c->tx_progress = c->w->now;
-  if (c->hs) {
+  if (c->phase == CONN_HANDSHAKE) {
     c->hs_sent += res;
     hs_step (c);
     return;
   }
   sent_transmission (c, res);
-  tx_kick (c);
-  maybe_close (c);
+  if (STAILQ_EMPTY (&c->replies))
+    maybe_end (c);
+  else
+    tx_kick (c);
 }
 
 /* --- the handshake ----------------------------------------------------------- */
@@ -548,35 +536,40 @@ hs_step (struct conn *c)
     c->s = c->hs->session;
     free (c->hs);
     c->hs = NULL;
-    c->rx = c->w->stopping ? RX_STOPPED : RX_HEADER;
-    c->draining = c->w->stopping;
+    c->phase = CONN_TRANSMISSION;
+    c->rx = RX_HEADER;
     worker_log (c->w, LOG_DEBUG, "connection %d: transmission (flags 0x%x%s%s)",
                 c->fd, c->s.eflags, c->s.structured ? ", structured" : "",
                 c->s.meta_base_allocation ? ", base:allocation" : "");
-    rx_next (c);
-    maybe_close (c);
+    if (c->w->stopping)
+      drain (c);
+    else
+      rx_next (c);
     return;
   }
 }
 
 /* --- receiving --------------------------------------------------------------- */
+/* Queues the receive rx asks for.  The caller must not touch c afterwards
+ * (a failure hangs up).
+ */
 static void
 rx_next (struct conn *c)
 {
   bool ok = true;
 
-  if (c->dead || c->draining || c->rx_pending)
+  if (c->phase != CONN_TRANSMISSION || c->rx_pending)
     return;
   switch (c->rx) {
   case RX_HEADER:
     ok = submit_recv (c, c->hdr + c->hdr_got, NBD_REQUEST_LEN - c->hdr_got);
     break;
   case RX_PAYLOAD:
-    if (c->rx_req->nbd.count - c->payload_got <= RX_COMBINED_MAX)
+    if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
       ok = submit_recv_payload_and_header (c);
     else
-      ok = submit_recv (c, (uint8_t *) c->rx_req->buf + c->payload_got,
-                        c->rx_req->nbd.count - c->payload_got);
+      ok = submit_recv (c, (uint8_t *) c->rx_cmd->buf + c->payload_got,
+                        c->rx_cmd->nbd.count - c->payload_got);
     break;
   case RX_DISCARD:
     ok = submit_recv (c, c->w->discard,
@@ -584,7 +577,6 @@ rx_next (struct conn *c)
                       ? c->discard_left : WORKER_DISCARD_BYTES);
     break;
   case RX_STALLED:
-  case RX_STOPPED:
     break;
   }
   if (!ok)
@@ -595,137 +587,57 @@ static void
 stall (struct conn *c)
 {
   c->rx = RX_STALLED;
-  if (!c->on_stall_list) {
-    c->stall_next = c->w->stalled;
-    c->w->stalled = c;
-    c->on_stall_list = true;
-  }
+  TAILQ_INSERT_TAIL (&c->w->conns.stalled, c, stall_link);
 }
 
+/* Hands cmd to cmd.c: it comes back in conn_cmd_done. */
 static void
-on_engine_done (struct pdio_req *er, int err)
+start_cmd (struct conn *c, struct nbd_cmd *cmd)
 {
-  struct req *q = container_of (er, struct req, er);
-  struct conn *c = q->c;
-  const struct nbd_request *r = &q->nbd;
+  c->n_running++;
+  nbd_cmd_start (cmd);
+}
 
-  c->engine_inflight--;
-  q->error = nbd_error_of_errno (err);
-  /* Named as the plugin names them, so both front ends log alike.  A
-   * fast zero that would be slow is an answer, not a failure.
-   */
-  if (err)
-    worker_log (c->w, err == -ENOTSUP ? LOG_DEBUG : LOG_ERROR,
-                "%s: %" PRIu32 " bytes at %" PRIu64 ": %s",
-                r->type == NBD_CMD_READ ? "pread" :
-                r->type == NBD_CMD_WRITE ? "pwrite" :
-                r->type == NBD_CMD_WRITE_ZEROES ? "zero" :
-                r->type == NBD_CMD_TRIM ? "trim" : "flush",
-                r->count, r->offset, strerror (-err));
+void
+conn_cmd_done (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  c->n_running--;
   /* A write's data is on disk (or failed): its memory can go now. */
-  if (r->type == NBD_CMD_WRITE)
-    release_buf (q);
-  if (c->dead) {
-    req_free (q);
-    maybe_free (c);
+  if (cmd->nbd.type == NBD_CMD_WRITE)
+    release_buf (c, cmd);
+  if (c->phase == CONN_DEAD) {
+    nbd_cmd_free (c, cmd);
+    maybe_end (c);
     return;
   }
-  reply (c, q);
-}
-
-static void
-submit_engine (struct conn *c, struct req *q)
-{
-  const struct nbd_request *r = &q->nbd;
-  unsigned flags = (r->flags & NBD_CMD_FLAG_FUA) ? PDIO_FUA : 0;
-  enum pdio_op op;
-
-  switch (r->type) {
-  case NBD_CMD_READ: op = PDIO_OP_READ; flags = 0; break;
-  case NBD_CMD_WRITE: op = PDIO_OP_WRITE; break;
-  case NBD_CMD_TRIM: op = PDIO_OP_TRIM; break;
-  case NBD_CMD_WRITE_ZEROES:
-    op = PDIO_OP_ZERO;
-    if (!(r->flags & NBD_CMD_FLAG_NO_HOLE))
-      flags |= PDIO_MAY_TRIM;
-    if (r->flags & NBD_CMD_FLAG_FAST_ZERO)
-      flags |= PDIO_FAST_ZERO;
-    break;
-  default: op = PDIO_OP_FLUSH; flags = 0; break;
-  }
-  q->er = (struct pdio_req) {
-    .op = op, .flags = flags, .offset = r->offset, .count = r->count,
-    .buf = q->buf, .done = on_engine_done,
-  };
-  c->engine_inflight++;
-  pdio_submit (thr (c), &q->er);
-}
-
-static int
-add_extent (void *opaque, uint64_t offset, uint64_t length, bool hole)
-{
-  (void) offset;
-  return nbd_extents_add (opaque, length,
-                          hole ? NBD_STATE_HOLE | NBD_STATE_ZERO : 0) ? 0 : 1;
-}
-
-/* Extents need no device I/O (SEEK_DATA/SEEK_HOLE): answered at once. */
-static void
-block_status (struct conn *c, struct req *q)
-{
-  const struct server_ctx *ctx = c->w->ctx;
-  const struct nbd_request *r = &q->nbd;
-  bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
-  struct nbd_extents x;
-  int err = 0;
-
-  nbd_extents_init (&x, q->buf,
-                    one ? 1 : (q->buf_len - NBD_BLOCK_STATUS_LEN (0)) / 8,
-                    r->count);
-  if (ctx->can_extents)
-    err = pdio_extents (ctx->img, r->count, r->offset, one, add_extent, &x);
-  if (err < 0)
-    q->error = nbd_error_of_errno (err);
-  else {
-    /* No information is "data": always a safe answer. */
-    if (x.n == 0)
-      nbd_extents_add (&x, r->count, 0);
-    q->payload = q->buf;
-    q->payload_len = nbd_extents_finish (&x, r->cookie);
-  }
-  reply (c, q);
+  reply (c, cmd);
 }
 
 /* The pending header: refuse it, or get what it needs and start it; or
- * stall until that is available.
+ * stall until that is available.  The caller must not touch c afterwards.
  */
 static void
 start_request (struct conn *c)
 {
   const struct nbd_request *r = &c->pending;
   struct nbd_verdict v = nbd_check_request (r, &c->s);
-  size_t need = 0;
+  size_t need = v.error ? 0 : nbd_cmd_buf_len (r);
   void *buf = NULL;
-  struct req *q;
+  struct nbd_cmd *cmd;
 
   if (r->type == NBD_CMD_DISC && v.error == 0) {
-    c->rx = RX_STOPPED;
-    c->draining = true;
-    maybe_close (c);
+    drain (c);
     return;
   }
-  if (c->n_reqs >= CONN_MAX_REQUESTS) {
+  if (c->n_cmds >= CONN_MAX_REQUESTS) {
     stall (c);
     return;
   }
-  if (v.error == 0) {
-    if (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE)
-      need = r->count;
-    else if (r->type == NBD_CMD_BLOCK_STATUS)
-      need = BLOCK_STATUS_BUF;
-  }
   if (need) {
-    if (c->pool_held && c->pool_held + pool_cost (need) > CONN_MAX_POOL_BYTES) {
+    if (c->pool_held &&
+        c->pool_held + pdio_buf_cost (need) > CONN_MAX_POOL_BYTES) {
       stall (c);
       return;
     }
@@ -735,21 +647,20 @@ start_request (struct conn *c)
       return;
     }
   }
-  q = req_new (c);
-  if (q == NULL) {
+  cmd = nbd_cmd_new (c);
+  if (cmd == NULL) {
     if (buf)
       pdio_buf_put (thr (c), buf, need);
     conn_abort (c, "out of memory");
     return;
   }
-  q->nbd = *r;
-  q->buf = buf;
-  q->buf_len = need;
-  c->pool_held += need ? pool_cost (need) : 0;
-  c->rx = RX_HEADER;
+  cmd->nbd = *r;
+  cmd->buf = buf;
+  cmd->buf_len = need;
+  c->pool_held += need ? pdio_buf_cost (need) : 0;
 
   if (v.error) {
-    q->error = v.error;
+    cmd->error = v.error;
     worker_log (c->w, LOG_DEBUG, "connection %d: refused command %u "
                 "(%u bytes at %" PRIu64 ", flags 0x%x): error %u", c->fd,
                 r->type, r->count, r->offset, r->flags, v.error);
@@ -758,27 +669,27 @@ start_request (struct conn *c)
        * reply to a request they are still sending as a broken server.
        */
       c->rx = RX_DISCARD;
-      c->rx_req = q;
+      c->rx_cmd = cmd;
       c->discard_left = v.discard;
       c->rx_progress = c->w->now;
     }
     else
-      reply (c, q);
+      reply (c, cmd);
   }
   else if (r->type == NBD_CMD_WRITE) {
-    c->rx_req = q;
+    c->rx_cmd = cmd;
     c->payload_got = 0;
     c->rx = RX_PAYLOAD;
     c->rx_progress = c->w->now;
   }
-  else if (r->type == NBD_CMD_BLOCK_STATUS)
-    block_status (c, q);
   else
-    submit_engine (c, q);
+    start_cmd (c, cmd);
   rx_next (c);
 }
 
-/* A whole header is in hdr: start its request.  c may be freed after. */
+/* A whole header is in hdr: start its request.  The caller must not
+ * touch c afterwards.
+ */
 static void
 header_complete (struct conn *c)
 {
@@ -798,11 +709,19 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
   (void) flags;
   vg_kernel_wrote_iov (c->rx_iov, c->rx_iovcnt, res);
   c->rx_pending = false;
-  if (c->dead) {
-    maybe_free (c);
+  switch (c->phase) {
+  case CONN_DEAD:
+    maybe_end (c);
     return;
-  }
-  if (c->hs) {
+  case CONN_DRAINING:
+    /* Whatever arrived is not served. */
+    if (c->rx_cmd) {
+      nbd_cmd_free (c, c->rx_cmd);
+      c->rx_cmd = NULL;
+    }
+    maybe_end (c);
+    return;
+  case CONN_HANDSHAKE:
     if (res <= 0) {
       conn_abort (c, res == 0 ? "client hung up in the handshake"
                               : "receive failed in the handshake");
@@ -812,16 +731,8 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     nbd_hs_received (c->hs, res);
     hs_step (c);
     return;
-  }
-  if (c->draining) {
-    /* Stopping: whatever arrived is not served. */
-    if (c->rx_req) {
-      req_free (c->rx_req);
-      c->rx_req = NULL;
-    }
-    c->rx = RX_STOPPED;
-    maybe_close (c);
-    return;
+  case CONN_TRANSMISSION:
+    break;
   }
   if (res <= 0) {
     conn_abort (c, res == 0 ? "client hung up" : "receive failed");
@@ -836,17 +747,17 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     header_complete (c);
     return;
   case RX_PAYLOAD: {
-    size_t want = c->rx_req->nbd.count - c->payload_got;
+    size_t want = c->rx_cmd->nbd.count - c->payload_got;
     size_t got = (size_t) res < want ? (size_t) res : want;
 
     c->payload_got += got;
     /* Past the payload: the start of the next header (combined receive). */
     c->hdr_got = res - got;
-    if (c->payload_got < c->rx_req->nbd.count)
+    if (c->payload_got < c->rx_cmd->nbd.count)
       break;
     c->rx = RX_HEADER;
-    submit_engine (c, c->rx_req);
-    c->rx_req = NULL;
+    start_cmd (c, c->rx_cmd);
+    c->rx_cmd = NULL;
     if (c->hdr_got == NBD_REQUEST_LEN) {
       header_complete (c);
       return;
@@ -857,18 +768,71 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     c->discard_left -= res;
     if (c->discard_left == 0) {
       c->rx = RX_HEADER;
-      reply (c, c->rx_req);
-      c->rx_req = NULL;
+      reply (c, c->rx_cmd);
+      c->rx_cmd = NULL;
     }
     break;
   case RX_STALLED:
-  case RX_STOPPED:
     break;
   }
   rx_next (c);
 }
 
+/* A connection that made no progress for too long. */
+static void
+watchdog (struct conn *c)
+{
+  time_t now = c->w->now;
+  time_t limit = c->w->stopping ? CONN_STALL_SECS_STOPPING : CONN_STALL_SECS;
+  bool replies_wait = !STAILQ_EMPTY (&c->replies) || c->tx == TX_SENDING;
+  bool mid_request = c->rx == RX_PAYLOAD || c->rx == RX_DISCARD ||
+                     (c->rx == RX_HEADER && c->hdr_got);
+
+  switch (c->phase) {
+  case CONN_HANDSHAKE:
+    if (now - c->started > CONN_HANDSHAKE_SECS)
+      conn_abort (c, "handshake took too long");
+    return;
+  case CONN_TRANSMISSION:
+  case CONN_DRAINING:
+    if (replies_wait && now - c->tx_progress > limit)
+      conn_abort (c, "the client does not read its replies");
+    else if (c->phase == CONN_TRANSMISSION && mid_request &&
+             now - c->rx_progress > limit)
+      conn_abort (c, "the client stopped in the middle of a request");
+    return;
+  case CONN_DEAD:
+    return;
+  }
+}
+
+/* The server is stopping. */
+static void
+stop (struct conn *c)
+{
+  switch (c->phase) {
+  case CONN_HANDSHAKE:
+    conn_abort (c, "the server is stopping");
+    return;
+  case CONN_TRANSMISSION:
+    drain (c);
+    return;
+  case CONN_DRAINING:
+  case CONN_DEAD:
+    return;
+  }
+}
+
 /* --- what the worker calls ------------------------------------------------------ */
+void
+conn_list_init (struct worker *w)
+{
+  LIST_INIT (&w->conns.all);
+  TAILQ_INIT (&w->conns.stalled);
+  TAILQ_INIT (&w->conns.to_send);
+  w->conns.n = 0;
+}
+
 void
 conn_new (struct worker *w, int fd)
 {
@@ -882,88 +846,74 @@ conn_new (struct worker *w, int fd)
   }
   c->w = w;
   c->fd = fd;
+  c->phase = CONN_HANDSHAKE;
   c->rx_c.fn = on_recv;
   c->tx_c.fn = on_send;
   c->cancel_c.fn = on_cancel;
+  c->rx = RX_HEADER;
+  c->tx = TX_IDLE;
+  STAILQ_INIT (&c->replies);
+  STAILQ_INIT (&c->free_cmds);
   c->started = c->rx_progress = c->tx_progress = w->now;
-  c->next = w->conns;
-  if (w->conns)
-    w->conns->prev = c;
-  w->conns = c;
-  w->n_conns++;
+  LIST_INSERT_HEAD (&w->conns.all, c, link);
+  w->conns.n++;
   nbd_hs_init (c->hs, &w->ctx->export);
   worker_log (w, LOG_DEBUG, "connection %d: accepted by worker %u", fd, w->id);
   hs_step (c);
 }
 
-void
-conn_stop (struct conn *c)
+/* fn may free the connection it is given: the next is taken first
+ * (freeing one connection never frees another).
+ */
+static void
+for_each_conn (struct worker *w, void (*fn) (struct conn *c))
 {
-  if (c->dead)
-    return;
-  if (c->hs) {
-    conn_abort (c, "the server is stopping");
-    return;
-  }
-  unlink_stalled (c);
-  c->draining = true;
-  if (c->rx_pending)
-    cancel_recv (c);
-  else {
-    c->rx = RX_STOPPED;
-    maybe_close (c);
+  struct conn *c, *next;
+
+  for (c = LIST_FIRST (&w->conns.all); c; c = next) {
+    next = LIST_NEXT (c, link);
+    fn (c);
   }
 }
 
 void
-conn_send (struct conn *c)
+conn_list_stop_all (struct worker *w)
 {
-  c->on_send_list = false;
-  tx_kick (c);
+  for_each_conn (w, stop);
 }
 
 void
-conn_resume (struct conn *c)
+conn_list_watchdog (struct worker *w)
 {
-  c->on_stall_list = false;
-  if (c->dead || c->draining || c->rx != RX_STALLED)
-    return;
-  c->rx = RX_HEADER;
-  start_request (c);
+  for_each_conn (w, watchdog);
 }
 
 void
-conn_watchdog (struct conn *c)
+conn_list_resume_stalled (struct worker *w)
 {
-  time_t now = c->w->now;
-  time_t limit = c->w->stopping ? CONN_STALL_SECS_STOPPING : CONN_STALL_SECS;
-  bool mid_request = c->rx == RX_PAYLOAD || c->rx == RX_DISCARD ||
-                     (c->rx == RX_HEADER && c->hdr_got);
+  struct conn_queue batch = TAILQ_HEAD_INITIALIZER (batch);
+  struct conn *c;
 
-  if (c->dead)
-    return;
-  if (c->hs && now - c->started > CONN_HANDSHAKE_SECS)
-    conn_abort (c, "handshake took too long");
-  else if ((c->tx_head || c->tx_pending) && now - c->tx_progress > limit)
-    conn_abort (c, "the client does not read its replies");
-  else if (!c->hs && mid_request && now - c->rx_progress > limit)
-    conn_abort (c, "the client stopped in the middle of a request");
+  /* One try each this round: one that stalls again goes back onto
+   * w->conns.stalled, for the next.
+   */
+  TAILQ_CONCAT (&batch, &w->conns.stalled, stall_link);
+  while ((c = TAILQ_FIRST (&batch)) != NULL) {
+    TAILQ_REMOVE (&batch, c, stall_link);
+    c->rx = RX_HEADER;
+    start_request (c);
+  }
 }
 
-struct conn *
-conn_next (const struct conn *c)
+void
+conn_list_send_all (struct worker *w)
 {
-  return c->next;
-}
+  struct conn *c;
 
-struct conn *
-conn_next_stalled (const struct conn *c)
-{
-  return c->stall_next;
-}
-
-struct conn *
-conn_next_to_send (const struct conn *c)
-{
-  return c->send_next;
+  /* tx_kick sends or hangs up: neither queues c again. */
+  while ((c = TAILQ_FIRST (&w->conns.to_send)) != NULL) {
+    TAILQ_REMOVE (&w->conns.to_send, c, send_link);
+    c->tx = TX_IDLE;
+    tx_kick (c);
+  }
 }

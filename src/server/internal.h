@@ -9,15 +9,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <time.h>
 #include <liburing.h>
 
 #include "engine.h"
 #include "proto.h"
 #include "server.h"
-
-#define container_of(ptr, type, member) \
-  ((type *) ((char *) (ptr) - offsetof (type, member)))
 
 /* A connection may hold at most this many requests between reading their
  * header and finishing their reply, and at most this much of its
@@ -40,6 +38,17 @@
 #define WORKER_DISCARD_BYTES (64 * 1024)
 
 struct conn;
+
+/* A worker's connections as conn.c keeps them: the worker holds them,
+ * reads n and calls conn_list_*; only conn.c walks or changes them.
+ */
+TAILQ_HEAD (conn_queue, conn);
+struct conn_lists {
+  LIST_HEAD (, conn) all;       /* every live connection */
+  struct conn_queue stalled;    /* a header waits for pool memory or a slot */
+  struct conn_queue to_send;    /* replies queued, no send in flight */
+  unsigned n;                   /* connections in all */
+};
 
 /* What every worker shares, read-only once the workers run. */
 struct server_ctx {
@@ -69,10 +78,7 @@ struct worker {
   struct pdio_completion event_c;
 
   /* The worker thread's own. */
-  struct conn *conns;           /* every live connection */
-  struct conn *stalled;         /* waiting for pool memory or a slot */
-  struct conn *to_send;         /* replies queued, no send in flight */
-  unsigned n_conns;
+  struct conn_lists conns;
   bool stopping;
   time_t now;                   /* CLOCK_MONOTONIC seconds, per loop */
 };
@@ -89,13 +95,15 @@ extern void worker_request_stop (struct worker *w);
 extern void worker_join (struct worker *w);
 
 /* conn.c, all on the worker's thread. */
+extern void conn_list_init (struct worker *w);
 extern void conn_new (struct worker *w, int fd);
-extern void conn_stop (struct conn *c);         /* the server is stopping */
-extern void conn_resume (struct conn *c);       /* retry a stalled read */
-extern void conn_send (struct conn *c);         /* send queued replies */
-extern void conn_watchdog (struct conn *c);
-extern struct conn *conn_next (const struct conn *c);
-extern struct conn *conn_next_stalled (const struct conn *c);
-extern struct conn *conn_next_to_send (const struct conn *c);
+/* The server is stopping: hang up on the handshakes, drain the rest. */
+extern void conn_list_stop_all (struct worker *w);
+/* Retry the headers that waited for memory or a slot. */
+extern void conn_list_resume_stalled (struct worker *w);
+/* Send the replies this round of completions queued. */
+extern void conn_list_send_all (struct worker *w);
+/* Drop the connections that stopped making progress. */
+extern void conn_list_watchdog (struct worker *w);
 
 #endif /* PDIO_SERVER_INTERNAL_H */

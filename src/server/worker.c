@@ -66,15 +66,10 @@ arm_event (struct worker *w)
 static void
 begin_stop (struct worker *w)
 {
-  struct conn *c, *next;
-
   w->stopping = true;
   worker_log (w, LOG_DEBUG, "worker %u: stopping, %u connections to finish",
-              w->id, w->n_conns);
-  for (c = w->conns; c; c = next) {
-    next = conn_next (c);
-    conn_stop (c);
-  }
+              w->id, w->conns.n);
+  conn_list_stop_all (w);
 }
 
 /* New connections, or the stop request, from the accept thread. */
@@ -111,65 +106,27 @@ on_event (struct pdio_completion *pc, int res, uint32_t flags)
 }
 
 static void
-resume_stalled (struct worker *w)
-{
-  struct conn *c = w->stalled, *next;
-
-  /* Each may stall again (back onto w->stalled) or be freed. */
-  w->stalled = NULL;
-  for (; c; c = next) {
-    next = conn_next_stalled (c);
-    conn_resume (c);
-  }
-}
-
-static void
-send_replies (struct worker *w)
-{
-  struct conn *c = w->to_send, *next;
-
-  w->to_send = NULL;
-  for (; c; c = next) {
-    next = conn_next_to_send (c);
-    conn_send (c);
-  }
-}
-
-static void
-watchdog (struct worker *w)
-{
-  struct conn *c, *next;
-
-  for (c = w->conns; c; c = next) {
-    next = conn_next (c);
-    conn_watchdog (c);
-  }
-}
-
-static void
 loop (struct worker *w)
 {
   time_t last = w->now;
 
-  while (!(w->stopping && w->n_conns == 0)) {
+  while (!(w->stopping && w->conns.n == 0)) {
     struct __kernel_timespec tick = { .tv_sec = 1 };
     int r = pdio_thread_poll (w->t, 1, &tick);
 
     if (r < 0 && r != -EINTR) {
       /* The ring is unusable: nothing can complete any more. */
       worker_log (w, LOG_ERROR, "worker %u: io_uring: %s; abandoning its "
-                  "%u connections", w->id, strerror (-r), w->n_conns);
+                  "%u connections", w->id, strerror (-r), w->conns.n);
       return;
     }
     w->now = monotonic_seconds ();
-    if (w->stalled)
-      resume_stalled (w);
+    conn_list_resume_stalled (w);
     /* After resuming: a resumed request may have been refused at once. */
-    if (w->to_send)
-      send_replies (w);
+    conn_list_send_all (w);
     if (w->now != last) {
       last = w->now;
-      watchdog (w);
+      conn_list_watchdog (w);
     }
   }
 }
@@ -322,6 +279,7 @@ worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
   int err;
 
   memset (w, 0, sizeof *w);
+  conn_list_init (w);
   w->ctx = ctx;
   w->id = id;
   w->event_c.fn = on_event;
