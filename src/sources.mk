@@ -42,7 +42,8 @@ CLI_C = \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/mount_pdio.c \
 	%reldir%/cli/umount_pdio.c %reldir%/cli/supervise.c \
-	%reldir%/cli/daemon.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \
+	%reldir%/cli/announce.c %reldir%/cli/daemon.c \
+	%reldir%/cli/server_cmd.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
 	%reldir%/cli/spawn.c %reldir%/cli/util.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h

@@ -6,8 +6,8 @@
  * advertises (the image's direct-I/O alignment), and pdio connects the
  * device over netlink (device.c) with that block size, multi-conn
  * connections, a timeout and a dead-connection timeout.  Any failure
- * undoes every step taken so far: no stray nbdkit, no half-attached device,
- * no record.  The work is done in a child that stays behind as the
+ * undoes every step taken so far: no stray server, no half-attached
+ * device, no record.  The work is done in a child that stays behind as the
  * device's supervisor (supervise.c); the parent prints the device.
  */
 #include <config.h>
@@ -32,7 +32,7 @@
 struct attach_opts {
   bool readonly;
   unsigned long connections;    /* 0: the default */
-  unsigned long block_size;     /* 0: the advertised minimum */
+  unsigned long block_size;     /* 0: the image's direct-I/O alignment */
   unsigned long timeout;
   unsigned long dead_timeout;
   bool autoclear;
@@ -65,8 +65,8 @@ usage (FILE *fp)
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
 "  -C, --connections N    multi-conn connections, 1..%d (default %d, at most\n"
 "                         the number of CPUs)\n"
-"  -b, --block-size B     raise the block size above the image's minimum\n"
-"                         (a power of two, %d..%d)\n"
+"  -b, --block-size B     raise the block size above the image's\n"
+"                         direct-I/O alignment (a power of two, %d..%d)\n"
 "  -t, --timeout S        kernel request timeout in seconds (default %d);\n"
 "                         requests in flight when a server dies are resent\n"
 "                         after it\n"
@@ -270,8 +270,7 @@ undo (struct attach *a)
     errorf (CMD ": %s: %s", a->rec.device, why);
   if (a->rec.server_pid > 0)
     server_stop (a->rec.server_pid);
-  record_remove (&a->rec);
-  unlink (a->log);
+  state_remove (a->rec.device);
 }
 
 static unsigned default_connections (void);
@@ -301,9 +300,9 @@ start_server (const struct attach_opts *o, struct attach *a,
   return false;
 }
 
-/* The block size for nbd-client: the advertised preferred size (the
- * image's direct-I/O alignment; pdio's minimum is 1), within the kernel's
- * limits, raised by --block-size.  0 if --block-size asks for less.
+/* The device's block size: the advertised preferred size (the image's
+ * direct-I/O alignment; pdio's minimum is 1), within the kernel's limits,
+ * raised by --block-size.  0 if --block-size asks for less.
  */
 static uint32_t
 choose_block_size (const struct attach_opts *o, const struct attach *a,
@@ -361,10 +360,8 @@ connect_device (const struct attach_opts *o, struct attach *a)
   }
   if (!test_break ("no-partscan"))
     device_scan_partitions (a->rec.device);
-  /* Only for tests: a failure after the device is up, which must be
-   * undone like any other (tests/vm frontend).
-   */
-  if (getenv ("PDIO_TEST_FAIL_AFTER_CONNECT")) {
+  /* A failure after the device is up must be undone like any other. */
+  if (test_break ("fail-after-connect")) {
     errorf (CMD ": injected failure after connecting %s", a->rec.device);
     return false;
   }
@@ -412,7 +409,7 @@ attach_locked (const struct attach_opts *o, struct attach *a)
   a->rec.threads = o->connections ? o->connections : default_connections ();
 
   /* A server of this image that was just stopped hard may hold its lock
-   * a little longer; a live one will be named by nbdkit's error.
+   * a little longer; a live one will be named in the server's error.
    */
   image_lock_free (a->image, 500);
   if (!start_server (o, a, &info))

@@ -1,7 +1,7 @@
 /* The server of an attachment as a daemon process -- pdio's own (pdio
- * serve --pidfile) or, with --nbdkit, nbdkit with pdio.so: its command
- * line (built here and nowhere else), starting it (the one place attach,
- * restart and the supervisor do it), asking the running server what it
+ * serve --pidfile) or, with --nbdkit, nbdkit with pdio.so: starting it
+ * (the one place attach, restart and the supervisor do it, with the
+ * command line of server_cmd.c), asking the running server what it
  * advertises, stopping it; and two looks at the image that do not open
  * it: is it locked, and how much of it sits in the page cache.
  */
@@ -22,89 +22,6 @@
 #include <libnbd.h>
 
 #include "pdio.h"
-
-#define STR_(x) #x
-#define STR(x) STR_ (x)
-
-/* pdio's own server as a daemon (attach): pdio serve --pidfile. */
-static void
-native_argv (const struct server_opts *o, struct server_cmd *c)
-{
-  const char **argv = c->argv;
-  int i = 0;
-
-  argv[i++] = o->pdio;
-  argv[i++] = "serve";
-  argv[i++] = "--pidfile";
-  argv[i++] = o->pidfile;
-  argv[i++] = "--socket";
-  argv[i++] = o->socket;
-  if (o->readonly)
-    argv[i++] = "--read-only";
-  if (o->threads) {
-    snprintf (c->threads_arg, sizeof c->threads_arg, "%u", o->threads);
-    argv[i++] = "--threads";
-    argv[i++] = c->threads_arg;
-  }
-  argv[i++] = "--";
-  argv[i++] = o->image;
-  argv[i] = NULL;
-}
-
-void
-server_argv (const struct server_opts *o, struct server_cmd *c)
-{
-  const char **argv = c->argv;
-  int i = 0;
-
-  if (o->native) {
-    native_argv (o, c);
-    return;
-  }
-  argv[i++] = o->nbdkit;
-  if (o->pidfile) {
-    /* A daemon: nbdkit opens the image (and so fails on a locked one)
-     * before it forks, and its first process exits with the verdict.
-     * nbdkit -f would also die with its parent (PR_SET_PDEATHSIG).
-     */
-    argv[i++] = "-P";
-    argv[i++] = o->pidfile;
-    argv[i++] = "--log=stderr";
-  }
-  else {
-    argv[i++] = "-f";
-    argv[i++] = "--exit-with-parent";
-  }
-  if (o->socket) {
-    argv[i++] = "-U";
-    argv[i++] = o->socket;
-  }
-  else {
-    argv[i++] = "-p";
-    argv[i++] = o->port;
-  }
-  argv[i++] = "-t";
-  argv[i++] = STR (NBDKIT_THREADS);
-  if (o->readonly)
-    argv[i++] = "-r";
-  argv[i++] = o->plugin;
-  snprintf (c->file_arg, sizeof c->file_arg, "file=%s", o->image);
-  argv[i++] = c->file_arg;
-  /* nbdkit -r only refuses writes; readonly=true also makes the engine
-   * open the image read-only, with a shared lock.
-   */
-  if (o->readonly)
-    argv[i++] = "readonly=true";
-  if (o->align) {
-    snprintf (c->align_arg, sizeof c->align_arg, "align=%s", o->align);
-    argv[i++] = c->align_arg;
-  }
-  if (o->backend) {
-    snprintf (c->backend_arg, sizeof c->backend_arg, "backend=%s", o->backend);
-    argv[i++] = c->backend_arg;
-  }
-  argv[i] = NULL;
-}
 
 static bool
 query_once (const char *socket, const char *port, struct server_info *info,
@@ -265,9 +182,10 @@ read_pidfile (const char *path)
 }
 
 /* nbdkit -P, or pdio serve --pidfile: it opens the image (and so fails on
- * a locked or missing one) before it forks, its first process exits with the verdict, and the
- * daemon writes the pid file once it listens.  The daemon is re-parented
- * to our subreaper (the supervisor), which then learns how it dies.
+ * a locked or missing one) before it forks, its first process exits with
+ * the verdict, and the daemon writes the pid file once it listens.  The
+ * daemon is re-parented to our subreaper (the supervisor), which then
+ * learns how it dies.
  */
 static pid_t
 start_daemon (const struct server_opts *o, const char *log, char *why,
@@ -282,7 +200,7 @@ start_daemon (const struct server_opts *o, const char *log, char *why,
   server_argv (o, &cmd);
   pid = run_background ((char **) cmd.argv, log);
   if (pid == -1) {
-    snprintf (why, len, "cannot run %s", o->nbdkit);
+    snprintf (why, len, "cannot run %s", o->native ? o->pdio : o->nbdkit);
     return -1;
   }
   while (waitpid (pid, &status, 0) == -1)
@@ -309,50 +227,13 @@ start_daemon (const struct server_opts *o, const char *log, char *why,
   return server;
 }
 
-/* Tests only (PDIO_TEST_BREAK=server-exits-with-supervisor): nbdkit -f
- * --exit-with-parent as our direct child, the design in which a device
- * dies with its supervisor; the guest's "supervisor killed" test must
- * fail with it.
- */
-static pid_t
-start_nbdkit_tied (const struct server_opts *o, const char *log, char *why,
-                   size_t len)
-{
-  struct server_opts fg = *o;
-  struct server_cmd cmd;
-  pid_t pid;
-
-  fg.pidfile = NULL;
-  unlink (o->socket);
-  server_argv (&fg, &cmd);
-  pid = run_background ((char **) cmd.argv, log);
-  for (unsigned t = 0; pid > 0 && access (o->socket, F_OK) == -1; t += 20) {
-    if (t >= 10000 || waitpid (pid, NULL, WNOHANG) == pid) {
-      snprintf (why, len, "nbdkit could not serve %s (see %s)", o->image,
-                log);
-      return -1;
-    }
-    msleep (20);
-  }
-  return pid;
-}
-
 pid_t
 server_start (const struct server_opts *o, const char *log, char *why,
-                size_t len)
+              size_t len)
 {
+#ifdef PDIO_TEST_BREAKS
   if (test_break ("server-exits-with-supervisor"))
-    return start_nbdkit_tied (o, log, why, len);
+    return test_start_server_tied (o, log, why, len);
+#endif
   return start_daemon (o, log, why, len);
-}
-
-struct server_opts
-record_server_opts (const struct record *r, const char *pdio,
-                    const char *nbdkit, const char *pidfile)
-{
-  return (struct server_opts) {
-    .nbdkit = nbdkit, .plugin = r->plugin, .image = r->image,
-    .socket = r->socket, .pidfile = pidfile, .readonly = r->readonly,
-    .native = !r->nbdkit, .pdio = pdio, .threads = r->threads,
-  };
 }

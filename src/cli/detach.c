@@ -1,9 +1,9 @@
 /* pdio detach DEVICE|IMAGE, pdio detach --all: stop the device's
  * supervisor (so that it does not restart the server), disconnect the
- * device over netlink, stop its nbdkit by the pid in the record, remove
- * the socket and the record.
- * A device that is mounted or held is refused unless --force.  Records
- * whose server or device is gone (stale) are cleaned up as well.
+ * device over netlink, stop its server by the pid in the record, remove
+ * its files from the run directory.  A device that is mounted or held is
+ * refused unless --force.  Records whose server or device is gone (stale)
+ * are cleaned up as well.
  */
 #include <config.h>
 
@@ -138,17 +138,7 @@ detach_one (const struct detach_opts *o, const struct record *rec)
    * server that has just exited.
    */
   image_lock_free (r->image, 2000);
-  record_remove (r);
-  {
-    char log[PATH_MAX];
-
-    state_path (r->device, "log", log, sizeof log);
-    unlink (log);
-    state_path (r->device, "log.prev", log, sizeof log);
-    unlink (log);
-    state_path (r->device, "supervisor.log", log, sizeof log);
-    unlink (log);
-  }
+  state_remove (r->device);
   return EXIT_OK;
 }
 

@@ -1,8 +1,9 @@
 /* pdio list [--json]: what pdio attached, checked against the kernel and
  * the process table, in columns like losetup --list or JSON like
- * losetup --json.  STATUS is "ok", or says what is stale: "server gone"
- * (its nbdkit exited) or "disconnected" (the device has no client);
- * "pdio detach" cleans up either.  While the supervisor brings a server
+ * losetup --json.  STATUS is "ok" ("ok, unsupervised" once the supervisor
+ * is gone), or says what is stale: "server gone" (its server exited and
+ * no supervisor replaces it) or "disconnected" (the device is no longer
+ * connected); "pdio detach" cleans up either.  While the supervisor brings a server
  * back it is "restarting"; if it gave up, "failed: WHY".  Once a server
  * was restarted, the text adds the last reason, the JSON has it in
  * "reason" with "restarts" and the supervisor's pid.

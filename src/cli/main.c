@@ -13,9 +13,10 @@ usage (FILE *fp)
 {
   fprintf (fp,
 "Usage: pdio COMMAND [OPTIONS] [ARGS]\n"
-"A userspace loop device: images served with O_DIRECT by nbdkit and\n"
-"pdio.so, attached with the kernel's nbd client over netlink; a\n"
-"supervisor restarts a server that dies.\n"
+"A userspace loop device: images served with O_DIRECT by pdio's own NBD\n"
+"server (or, with --nbdkit, by nbdkit and pdio.so), attached to the\n"
+"kernel's nbd driver over netlink; a supervisor restarts a server that\n"
+"dies.\n"
 "\n"
 "Commands:\n"
 "  attach [-r] [-C N] [-b B] [-t S] [-d /dev/nbdN] IMAGE\n"
@@ -32,8 +33,9 @@ usage (FILE *fp)
 "Exit status: 0 done; 1 failed (the reason is printed); 2 usage error;\n"
 "3 the kernel has no nbd driver (modprobe nbd); 4 not run as root.\n"
 "\n"
-"Environment: PDIO_PLUGIN (the plugin, default \"pdio\"), PDIO_NBDKIT\n"
-"(the program, default from PATH), PDIO_RUNDIR (default /run/pdio).\n"
+"Environment: PDIO_PLUGIN (the plugin for --nbdkit, default \"pdio\"),\n"
+"PDIO_NBDKIT (nbdkit, default from PATH), PDIO_RUNDIR (default\n"
+"/run/pdio).\n"
 "\n"
 "mount -t pdio IMAGE DIR runs this program as /sbin/mount.pdio.\n");
 }

@@ -1,8 +1,13 @@
-/* pdio(1): attach, detach, list and serve images, losetup-style.  The
- * command line front end; it never opens an image with the engine (the
- * server holds the image's lock), it runs nbdkit with pdio.so and the
- * kernel's nbd-client and keeps a record of each attachment in the run
- * directory.
+/* pdio(1): attach, detach, list, restart and serve images, losetup-style;
+ * mount.pdio and umount.pdio.  The server of an attachment is a daemon --
+ * pdio's own (pdio serve, which runs the engine and src/server/ in its
+ * process) or, with --nbdkit, nbdkit with pdio.so.  The side that attaches
+ * never opens the image (the server holds its lock): it negotiates with
+ * the server, hands the connections to the kernel's nbd driver over
+ * netlink, leaves a supervisor per device, and keeps a record of each
+ * attachment in the run directory.
+ *
+ * The sections go from the bottom up: each file uses only those above it.
  */
 #ifndef PDIO_CLI_H
 #define PDIO_CLI_H
@@ -15,10 +20,10 @@
 /* Exit codes (documented in pdio(1) and --help). */
 enum {
   EXIT_OK = 0,
-  EXIT_FAILED = 1,              /* the operation failed; the reason is printed */
+  EXIT_FAILED = 1,              /* failed; the reason is printed */
   EXIT_USAGE = 2,               /* bad command line */
   EXIT_NO_DRIVER = 3,           /* the kernel has no nbd driver */
-  EXIT_NOT_ROOT = 4,            /* attach and detach need root */
+  EXIT_NOT_ROOT = 4,            /* attach, detach and restart need root */
 };
 
 /* Defaults, each with its reason in pdio(1).
@@ -37,6 +42,13 @@ enum {
  * is half the SCSI disk default: far beyond a healthy request's latency.
  */
 #define DEFAULT_TIMEOUT 15
+/* Dead-connection timeout: how long the kernel holds requests while a
+ * device has no live connection, waiting for the supervisor to hand it
+ * new ones.  Long enough for a restart that has to wait for the dead
+ * server's lock, short enough that a server that cannot come back turns
+ * into I/O errors rather than a hang.
+ */
+#define DEFAULT_DEAD_TIMEOUT 60
 /* nbdkit worker threads per connection (nbdkit -t); 16 is nbdkit's own
  * default.  The one place to tune it.
  */
@@ -45,7 +57,7 @@ enum {
 #define MIN_BLOCK_SIZE 512
 #define MAX_BLOCK_SIZE 4096
 
-/* --- util.c: messages, parsing, environment -------------------------------- */
+/* --- util.c: messages, parsing, environment ------------------------------ */
 extern void errorf (const char *fmt, ...)
   __attribute__ ((format (printf, 1, 2)));
 extern void warnf (const char *fmt, ...)
@@ -54,28 +66,75 @@ extern void warnf (const char *fmt, ...)
 extern bool parse_uint (const char *s, unsigned long min, unsigned long max,
                         unsigned long *out);
 extern bool is_power_of_two (unsigned long v);
-/* $PDIO_RUNDIR or /run/pdio: sockets, pid files and records. */
+/* $PDIO_RUNDIR or /run/pdio: sockets, pid files, logs and records. */
 extern const char *rundir (void);
 /* $PDIO_SYSFS or /sys (tests point it at a fake tree). */
 extern const char *sysfs (void);
-/* What nbdkit loads: $PDIO_PLUGIN, else "pdio" (nbdkit-pdio-plugin.so). */
+/* What nbdkit loads (--nbdkit): the --plugin option, else $PDIO_PLUGIN,
+ * else "pdio" (nbdkit-pdio-plugin.so).
+ */
 extern const char *plugin_name (const char *option);
+/* False, with a message naming cmd, if not run as root. */
 extern bool need_root (const char *cmd);
 extern void msleep (unsigned ms);
 
-/* --- state.c: the records in the run directory ------------------------------ */
+/* --- spawn.c: running programs, watching processes ----------------------- */
+/* The program's path, from $ENV if set, else from PATH, into buf; false
+ * if it is not there (buf then holds the last path tried).
+ */
+extern bool find_program (const char *env, const char *name, char *buf,
+                          size_t len);
+/* Runs argv and waits: its exit status, 128+signal, or -1 if it could not
+ * run.  out_fd >= 0 replaces its stdout and stderr (-1: inherited).
+ */
+extern int run_wait (char *const argv[], int out_fd);
+/* The same, its output kept and shown on stderr only if it fails. */
+extern int run_quiet (char *const argv[]);
+/* Starts argv in the background, in a session of its own, stdin from
+ * /dev/null and stdout and stderr to log (or inherited if NULL): the
+ * server of an attachment, which outlives pdio.  Its pid or -1.
+ */
+extern pid_t run_background (char *const argv[], const char *log);
+/* Like run_background, but stays in pdio's session (serve --nbdkit). */
+extern pid_t run_child (char *const argv[]);
+extern bool pid_alive (pid_t pid);
+/* Waits up to ms for pid (not our child) to be gone. */
+extern bool wait_gone (pid_t pid, unsigned ms);
+/* The process's comm is "nbdkit" or "pdio" (pdio's own server): the pid
+ * in a record was not reused.
+ */
+extern bool pid_is_server (pid_t pid);
+/* The process's comm, without the newline, in comm; false if none. */
+extern bool proc_comm (pid_t pid, char *comm, size_t len);
+
+/* --- sysfs.c: /dev/nbdN as the kernel sees it ---------------------------- */
+extern bool nbd_driver_present (void);
+/* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
+extern int nbd_index (const char *name);
+extern bool nbd_exists (int idx);
+/* Connected: the kernel has a client task for it (/sys/block/nbdN/pid). */
+extern bool nbd_connected (int idx);
+extern uint64_t nbd_size (int idx);
+/* The lowest nbdN that exists, is not connected and is not in use[], or -1. */
+extern int nbd_first_free (const bool *in_use, size_t n_in_use);
+/* Non-zero if the device or a partition of it is mounted or held (by
+ * device-mapper, md...): what describes where, in buf.
+ */
+extern bool nbd_busy (int idx, char *buf, size_t len);
+
+/* --- state.c: the run directory ------------------------------------------ */
 struct record {
   char device[32];              /* /dev/nbdN */
   char image[PATH_MAX];         /* realpath */
   char socket[PATH_MAX];
   bool readonly;
   unsigned connections;
-  uint32_t block_size;          /* what nbd-client was given */
+  uint32_t block_size;          /* the device's, as given to the kernel */
   uint32_t dio_align;           /* the preferred block size the server
                                    advertises: pdio's direct-I/O alignment */
   uint64_t size;
   pid_t server_pid;
-  /* Issue 12: the supervisor, and what it has done. */
+  /* The supervisor, and what it has done. */
   pid_t supervisor_pid;
   unsigned timeout, dead_timeout;       /* seconds, as given to the kernel */
   bool autoclear;
@@ -104,148 +163,12 @@ extern int record_write (const struct record *r);
 extern struct record *records_load (size_t *n);
 /* The record of one device ("/dev/nbdN"); -1 if there is none. */
 extern int record_load_device (const char *device, struct record *r);
-/* Removes the record, the socket and the pid file. */
-extern void record_remove (const struct record *r);
+/* Removes every file of the device in the run directory: socket, pid
+ * file, logs and record.  The one place that does.
+ */
+extern void state_remove (const char *device);
 
-/* --- sysfs.c: /dev/nbdN as the kernel sees it --------------------------------- */
-extern bool nbd_driver_present (void);
-/* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
-extern int nbd_index (const char *name);
-extern bool nbd_exists (int idx);
-/* Connected: the kernel has a client task for it (/sys/block/nbdN/pid). */
-extern bool nbd_connected (int idx);
-extern uint64_t nbd_size (int idx);
-/* The lowest nbdN that exists, is not connected and is not in use[], or -1. */
-extern int nbd_first_free (const bool *in_use, size_t n_in_use);
-/* Non-zero if the device or a partition of it is mounted or held (by
- * device-mapper, md...): what describes where, in buf.
- */
-extern bool nbd_busy (int idx, char *buf, size_t len);
-
-/* --- spawn.c: running programs ---------------------------------------------- */
-/* The program's path, from $ENV if set, else from PATH, into buf; false
- * if it is not there (buf then holds the last path tried).
- */
-extern bool find_program (const char *env, const char *name, char *buf,
-                          size_t len);
-/* Runs argv and waits: its exit status, 128+signal, or -1 if it could not
- * run.  out_fd >= 0 replaces its stdout and stderr (-1: inherited).
- */
-extern int run_wait (char *const argv[], int out_fd);
-/* The same, its output kept and shown on stderr only if it fails. */
-extern int run_quiet (char *const argv[]);
-/* Starts argv in the background, in a session of its own, stdin from
- * /dev/null and stdout and stderr to log (or inherited if NULL): the
- * server of an attachment, which outlives pdio.  Its pid or -1.
- */
-extern pid_t run_background (char *const argv[], const char *log);
-/* Like run_background, but stays in pdio's session (serve). */
-extern pid_t run_child (char *const argv[]);
-extern bool pid_alive (pid_t pid);
-/* Waits up to ms for pid (not our child) to be gone. */
-extern bool wait_gone (pid_t pid, unsigned ms);
-/* The process's comm is "nbdkit" or "pdio" (pdio's own server): the pid
- * in a record was not reused.
- */
-extern bool pid_is_server (pid_t pid);
-/* The process's comm, without the newline, in comm; false if none. */
-extern bool proc_comm (pid_t pid, char *comm, size_t len);
-
-/* --- daemon.c: the server of an attachment, as a daemon ---------------------- */
-struct server_opts {
-  const char *nbdkit;           /* path */
-  const char *plugin;           /* "pdio" or a path to pdio.so */
-  const char *image;
-  const char *socket;           /* unix socket, or NULL with port */
-  const char *port;             /* TCP port (serve only), or NULL */
-  bool readonly;
-  const char *pidfile;          /* a daemon writing this pid file, or NULL:
-                                   in the foreground, dying with pdio */
-  const char *align, *backend;  /* plugin parameters, or NULL */
-  bool native;                  /* pdio's own server: pdio serve */
-  const char *pdio;             /* native: this pdio's path */
-  unsigned threads;             /* native: worker threads (0: default) */
-};
-struct server_info {
-  uint64_t size;
-  uint32_t block_min;           /* 0 if not advertised; 1 from pdio */
-  uint32_t dio_align;           /* the preferred block size: pdio's direct-
-                                   I/O alignment, the smallest logical block
-                                   the kernel may use; 0 if not advertised */
-  bool readonly;
-  bool multi_conn;
-};
-/* The nbdkit command line, built in one place. */
-struct server_cmd {
-  const char *argv[24];
-  char file_arg[PATH_MAX + 8];
-  char align_arg[32], backend_arg[32], threads_arg[16];
-};
-extern void server_argv (const struct server_opts *o, struct server_cmd *c);
-/* The one function a new server type plugs into: starts it in the
- * background serving o->image on o->socket, logging to log, and returns its
- * pid once it listens (it may still be opening the image), or -1 with why
- * set (its log has the details).  The caller must be its parent or its
- * subreaper to learn how it dies.
- */
-extern pid_t server_start (const struct server_opts *o, const char *log,
-                             char *why, size_t len);
-/* How the server of a record is started: its front end, plugin, threads,
- * image, socket and read-only come from the record.
- */
-extern struct server_opts record_server_opts (const struct record *r,
-                                              const char *pdio,
-                                              const char *nbdkit,
-                                              const char *pidfile);
-/* Connects with libnbd (to the unix socket, or to localhost:port if socket
- * is NULL) until it answers, for up to ms.
- */
-extern bool server_query (const char *socket, const char *port, unsigned ms,
-                          struct server_info *info, char *why, size_t len);
-/* SIGTERM, up to 10 s, then SIGKILL; waits for it to be gone. */
-extern void server_stop (pid_t pid);
-/* Waits up to ms until no process holds a lock on the image. */
-extern bool image_lock_free (const char *image, unsigned ms);
-/* Bytes of the image in the page cache (mincore), or -1. */
-extern int64_t image_cached_bytes (const char *image);
-
-/* --- serve_native.c: pdio's own NBD server (src/server/) ------------------------- */
-struct native_serve {
-  const char *image;            /* realpath */
-  const char *socket;           /* unix socket, or NULL with port */
-  const char *port;
-  bool readonly;
-  uint32_t align;               /* 0: as found */
-  int backend;                  /* enum pdio_backend */
-  unsigned threads;             /* 0: one per CPU */
-  const char *pidfile;          /* daemon mode (pdio attach), or NULL */
-  bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
-};
-/* The "uri: ..." and "attach: nbd-client ..." lines pdio serve prints once
- * it serves (the block size is the engine's alignment, within the kernel's
- * limits), for either front end.
- */
-extern void print_uri_and_attach (const char *socket, const char *port,
-                                  uint32_t dio_align, bool readonly);
-/* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
-extern int serve_native (const struct native_serve *o);
-
-/* --- the commands -------------------------------------------------------------------- */
-extern int cmd_attach (int argc, char **argv);
-extern int cmd_detach (int argc, char **argv);
-extern int cmd_list (int argc, char **argv);
-extern int cmd_serve (int argc, char **argv);
-
-/* ---- the kernel's nbd driver, the supervisor and the server daemon -------- */
-/* Dead-connection timeout: how long the kernel holds requests while a
- * device has no live connection, waiting for the supervisor to hand it
- * new ones.  Long enough for a restart that has to wait for the dead
- * server's lock, short enough that a server that cannot come back turns
- * into I/O errors rather than a hang.
- */
-#define DEFAULT_DEAD_TIMEOUT 60
-
-/* --- negotiate.c: the client side of the NBD handshake ---------------------- */
+/* --- negotiate.c: the client side of the NBD handshake ------------------- */
 /* What a server's replies to NBD_OPT_GO offered. */
 struct nbd_offer {
   uint64_t size;
@@ -264,7 +187,7 @@ extern int nbd_handshake (const char *socket, struct nbd_offer *o,
 extern bool nbd_handshake_n (const char *socket, unsigned n, int *fds,
                              struct nbd_offer *o, char *why, size_t len);
 
-/* --- nbd_netlink.c: the driver's generic netlink family ------------------------ */
+/* --- nbd_netlink.c: the driver's generic netlink family ------------------ */
 struct nbdnl_device {
   int index;
   uint64_t size;
@@ -276,15 +199,15 @@ struct nbdnl_device {
 /* NBD_CMD_CONNECT with fds[0..n); the kernel owns them on success (close
  * ours afterwards either way).  false with why set.
  */
-extern bool nbdnl_connect (const struct nbdnl_device *d, const int *fds, unsigned n,
-                        char *why, size_t len);
+extern bool nbdnl_connect (const struct nbdnl_device *d, const int *fds,
+                           unsigned n, char *why, size_t len);
 extern bool nbdnl_disconnect (int index, char *why, size_t len);
 /* NBD_CMD_RECONFIGURE: fresh sockets for the dead connections (extra ones
  * are refused by the kernel and closed), and/or client flags (autoclear:
  * -1 leaves them alone).
  */
 extern bool nbdnl_reconfigure (int index, const int *fds, unsigned n,
-                            int64_t client_flags, char *why, size_t len);
+                               int64_t client_flags, char *why, size_t len);
 /* NBD_CMD_STATUS: 1 connected, 0 not, -1 error (why set). */
 extern int nbdnl_status (int index, char *why, size_t len);
 /* A socket subscribed to the driver's multicast group (NBD_CMD_LINK_DEAD);
@@ -298,7 +221,7 @@ extern struct nl_sock *nbdnl_events_open (char *why, size_t len);
 extern int nbdnl_events_fd (struct nl_sock *s);
 extern int nbdnl_events_read (struct nl_sock *s);
 
-/* --- device.c: /dev/nbdN connected by pdio ------------------------------------ */
+/* --- device.c: /dev/nbdN connected by pdio ------------------------------- */
 /* Handshakes r->connections sockets on r->socket and connects r->device
  * with r's size, block size and timeouts; waits for it to come up.
  */
@@ -316,7 +239,102 @@ extern bool device_disconnect (const char *device, char *why, size_t len);
 /* NBD_CMD_STATUS: the device has a configuration (sysfs if no netlink). */
 extern bool device_connected (int idx);
 
-/* --- supervise.c ---------------------------------------------------------- */
+/* --- server_cmd.c: how an attachment's server is run --------------------- */
+struct server_opts {
+  const char *nbdkit;           /* with nbdkit: its path */
+  const char *plugin;           /* with nbdkit: "pdio" or a path to pdio.so */
+  const char *image;
+  const char *socket;           /* unix socket, or NULL with port */
+  const char *port;             /* TCP port (serve only), or NULL */
+  bool readonly;
+  const char *pidfile;          /* a daemon writing this pid file, or NULL
+                                   (nbdkit only): in the foreground, dying
+                                   with pdio */
+  const char *align, *backend;  /* nbdkit: plugin parameters, or NULL */
+  bool native;                  /* pdio's own server: pdio serve */
+  const char *pdio;             /* native: this pdio's path */
+  unsigned threads;             /* native: worker threads (0: default) */
+};
+/* The server's command line, and the strings it points into. */
+struct server_cmd {
+  const char *argv[24];
+  char file_arg[PATH_MAX + 8];
+  char align_arg[32], backend_arg[32], threads_arg[16];
+};
+extern void server_argv (const struct server_opts *o, struct server_cmd *c);
+/* How the server of a record is started: its front end, plugin, threads,
+ * image, socket and read-only come from the record.
+ */
+extern struct server_opts record_server_opts (const struct record *r,
+                                              const char *pdio,
+                                              const char *nbdkit,
+                                              const char *pidfile);
+
+/* --- break points: tests/vm/breaks.c, in the test build only ------------- */
+/* The guest's negative tests run vm/pdio-broken, this program compiled
+ * with -DPDIO_TEST_BREAKS and tests/vm/breaks.c: test_break ("no-restart")
+ * is true there when $PDIO_TEST_BREAK lists it.  In pdio itself it is
+ * false and its argument is not compiled in.
+ */
+#ifdef PDIO_TEST_BREAKS
+extern bool test_break (const char *what);
+/* server-exits-with-supervisor: nbdkit as our child, dying with us. */
+extern pid_t test_start_server_tied (const struct server_opts *o,
+                                     const char *log, char *why, size_t len);
+#else
+#define test_break(what) false
+#endif
+
+/* --- daemon.c: the server of an attachment, as a daemon ------------------ */
+struct server_info {
+  uint64_t size;
+  uint32_t block_min;           /* 0 if not advertised; 1 from pdio */
+  uint32_t dio_align;           /* the preferred block size: pdio's direct-
+                                   I/O alignment, the smallest logical block
+                                   the kernel may use; 0 if not advertised */
+  bool readonly;
+  bool multi_conn;
+};
+/* The one function a new server type plugs into: starts it in the
+ * background serving o->image on o->socket, logging to log, and returns its
+ * pid once it listens, or -1 with why set (its log has the details).  The
+ * caller must be its parent or its subreaper to learn how it dies.
+ */
+extern pid_t server_start (const struct server_opts *o, const char *log,
+                           char *why, size_t len);
+/* Connects with libnbd (to the unix socket, or to localhost:port if socket
+ * is NULL) until it answers, for up to ms.
+ */
+extern bool server_query (const char *socket, const char *port, unsigned ms,
+                          struct server_info *info, char *why, size_t len);
+/* SIGTERM, up to 10 s, then SIGKILL; waits for it to be gone. */
+extern void server_stop (pid_t pid);
+/* Waits up to ms until no process holds a lock on the image. */
+extern bool image_lock_free (const char *image, unsigned ms);
+/* Bytes of the image in the page cache (mincore), or -1. */
+extern int64_t image_cached_bytes (const char *image);
+
+/* --- announce.c: what pdio serve prints ---------------------------------- */
+/* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */
+extern void print_uri_and_attach (const char *socket, const char *port,
+                                  uint32_t dio_align, bool readonly);
+
+/* --- serve_native.c: pdio's own NBD server (src/server/) ----------------- */
+struct native_serve {
+  const char *image;            /* realpath */
+  const char *socket;           /* unix socket, or NULL with port */
+  const char *port;
+  bool readonly;
+  uint32_t align;               /* 0: as found */
+  int backend;                  /* enum pdio_backend */
+  unsigned threads;             /* 0: one per CPU */
+  const char *pidfile;          /* daemon mode (pdio attach), or NULL */
+  bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+};
+/* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
+extern int serve_native (const struct native_serve *o);
+
+/* --- supervise.c: the supervisor of a device ----------------------------- */
 /* Runs in attach's child once the device is connected: writes a byte on
  * notify_fd once stdout is let go, then supervises; never returns.  so is
  * how attach started the server (front end, programs, threads); image,
@@ -334,15 +352,13 @@ extern bool pid_is_supervisor (pid_t pid);
 /* "killed by SIGKILL", "exited with status 1"... */
 extern void describe_status (int status, char *buf, size_t len);
 
-/* Tests only: PDIO_TEST_BREAK is a comma-separated list of deliberate
- * breakages (no-restart, no-give-up, server-exits-with-supervisor,
- * no-autoclear, no-partscan, no-take-over, no-udev-settle,
- * no-umount-helper) with which the guest tests are run to show that each
- * fails without the feature it tests.
+/* --- the commands: attach.c detach.c list.c serve.c restart.c --------------
+ * mount_pdio.c (mount.pdio) umount_pdio.c (umount.pdio); main.c picks one.
  */
-extern bool test_break (const char *what);
-
-/* --- the commands -------------------------------------------------------------- */
+extern int cmd_attach (int argc, char **argv);
+extern int cmd_detach (int argc, char **argv);
+extern int cmd_list (int argc, char **argv);
+extern int cmd_serve (int argc, char **argv);
 extern int cmd_restart (int argc, char **argv);
 extern int cmd_mount (int argc, char **argv);
 extern int cmd_umount (int argc, char **argv);

@@ -1,10 +1,10 @@
 /* pdio serve IMAGE: a server for attaching by hand or over TCP, in the
  * foreground.  By default pdio's own NBD server runs in this process
- * (serve_native.c); --nbdkit runs the server attach used to start: nbdkit
- * with pdio.so, which prints the URI and the nbd-client command with the
- * right block size once the server answers, then runs until nbdkit exits
- * or pdio gets SIGINT, SIGTERM or SIGHUP (passed on to nbdkit as
- * SIGTERM), and exits with nbdkit's status.
+ * (serve_native.c).  --nbdkit runs nbdkit with pdio.so as a child: pdio
+ * prints the URI and the nbd-client command with the right block size
+ * once nbdkit answers, then runs until nbdkit exits or pdio gets SIGINT,
+ * SIGTERM or SIGHUP (passed on to nbdkit as SIGTERM), and exits with
+ * nbdkit's status.
  */
 #include <config.h>
 
@@ -133,30 +133,6 @@ parse (int argc, char **argv, struct serve_opts *o)
   }
   o->image = argv[optind];
   return EXIT_OK;
-}
-
-void
-print_uri_and_attach (const char *socket, const char *port,
-                      uint32_t dio_align, bool readonly)
-{
-  uint32_t bs = dio_align < MIN_BLOCK_SIZE ? MIN_BLOCK_SIZE : dio_align;
-  char host[256] = "HOST";
-
-  if (bs > MAX_BLOCK_SIZE)
-    bs = MAX_BLOCK_SIZE;
-  if (socket) {
-    printf ("uri: nbd+unix:///?socket=%s\n", socket);
-    printf ("attach: nbd-client -unix %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            socket, bs, DEFAULT_CONNECTIONS, readonly ? " -readonly" : "");
-  }
-  else {
-    if (gethostname (host, sizeof host) == -1)
-      snprintf (host, sizeof host, "HOST");
-    printf ("uri: nbd://%s:%s/\n", host, port);
-    printf ("attach: nbd-client %s %s /dev/nbd0 -b %" PRIu32 " -C %d%s\n",
-            host, port, bs, DEFAULT_CONNECTIONS, readonly ? " -readonly" : "");
-  }
-  fflush (stdout);
 }
 
 static void

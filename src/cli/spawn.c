@@ -1,5 +1,6 @@
-/* Running the programs pdio drives (nbdkit, nbd-client) and watching
- * processes that are not its children (a daemonized nbdkit).
+/* Running the programs pdio drives (the server, mount, umount, udevadm,
+ * modprobe) and watching processes that are not its children (a
+ * daemonized server).
  */
 #include <config.h>
 

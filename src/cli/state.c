@@ -1,7 +1,9 @@
 /* The run directory (/run/pdio): per attached device nbdN, the server's
- * socket nbdN.sock, its pid file nbdN.pid and a record nbdN.rec of
- * "key=value" lines, so that list and detach know what attach did.  The
- * directory's "lock" file serialises attach and detach.
+ * socket nbdN.sock, its pid file nbdN.pid, its log nbdN.log (the previous
+ * server's in nbdN.log.prev), the supervisor's log nbdN.supervisor.log and
+ * a record nbdN.rec of "key=value" lines, so that list and detach know
+ * what attach did.  The directory's "lock" file serialises attach and
+ * detach.
  */
 #include <config.h>
 
@@ -194,15 +196,19 @@ records_load (size_t *n)
   return v;
 }
 
+/* The record goes last: whatever an interruption leaves, detach finds it
+ * by its record.
+ */
 void
-record_remove (const struct record *r)
+state_remove (const char *device)
 {
+  static const char *const exts[] = {
+    "sock", "pid", "log", "log.prev", "supervisor.log", "rec",
+  };
   char path[PATH_MAX];
 
-  state_path (r->device, "sock", path, sizeof path);
-  unlink (path);
-  state_path (r->device, "pid", path, sizeof path);
-  unlink (path);
-  state_path (r->device, "rec", path, sizeof path);
-  unlink (path);
+  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+    state_path (device, exts[i], path, sizeof path);
+    unlink (path);
+  }
 }

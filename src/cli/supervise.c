@@ -81,24 +81,6 @@ say (const char *fmt, ...)
 }
 
 bool
-test_break (const char *what)
-{
-  const char *v = getenv ("PDIO_TEST_BREAK");
-  size_t n = strlen (what);
-
-  while (v && *v) {
-    size_t len = strcspn (v, ",");
-
-    if (len == n && strncmp (v, what, n) == 0)
-      return true;
-    v += len;
-    if (*v == ',')
-      v++;
-  }
-  return false;
-}
-
-bool
 pid_is_supervisor (pid_t pid)
 {
   char comm[64];
@@ -351,8 +333,6 @@ link_dead (struct sup *s)
 static void __attribute__ ((noreturn))
 device_gone (struct sup *s)
 {
-  char path[PATH_MAX];
-
   say ("%s is no longer connected: stopping server pid %d and exiting",
        s->rec.device, (int) s->rec.server_pid);
   if (s->rec.server_pid > 0) {
@@ -361,13 +341,7 @@ device_gone (struct sup *s)
   }
   image_lock_free (s->rec.image, 2000);
   device_drop_partitions (s->rec.device);
-  record_remove (&s->rec);
-  state_path (s->rec.device, "log", path, sizeof path);
-  unlink (path);
-  state_path (s->rec.device, "log.prev", path, sizeof path);
-  unlink (path);
-  state_path (s->rec.device, "supervisor.log", path, sizeof path);
-  unlink (path);
+  state_remove (s->rec.device);
   exit (EXIT_OK);
 }
 

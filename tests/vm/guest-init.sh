@@ -36,7 +36,8 @@ fi
 
 . /pdio/settings
 . /pdio/tap.sh
-# run.sh --break: deliberately broken pdio (see scenario_recover).
+# run.sh --break: /usr/bin/pdio is the test build (tests/vm/breaks.c),
+# and this says what it breaks (see scenario_recover).
 if [ -n "${PDIO_TEST_BREAK:-}" ]; then export PDIO_TEST_BREAK; fi
 TAP_OUT=/dev/ttyS1
 stty -F "$TAP_OUT" raw -echo 2>/dev/null
@@ -645,12 +646,12 @@ fe_detach_force() {
     detail "$d detached while mounted; released after umount"
 }
 
-# The device is connected, then attach fails (PDIO_TEST_FAIL_AFTER_CONNECT,
-# a hook for this test): attach must disconnect the device and stop the
-# server it started, and leave no supervisor.
+# The device is connected, then attach fails (the test build's break
+# point fail-after-connect, tests/vm/breaks.c): attach must disconnect the
+# device and stop the server it started, and leave no supervisor.
 fe_failed_attach() {
     rc=0
-    PDIO_TEST_FAIL_AFTER_CONNECT=1 pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    PDIO_TEST_BREAK=fail-after-connect /pdio/broken/pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
     cat "$STATE/fe.err"
     [ "$rc" = 1 ]
     grep -q "injected failure" "$STATE/fe.err"
@@ -682,7 +683,8 @@ scenario_cli() {
 # the pauses (and this scenario) short.
 #
 # Each test was shown to fail against a deliberately broken pdio:
-# run.sh --break LIST sets PDIO_TEST_BREAK in the guest (src/cli/pdio.h):
+# run.sh --break LIST runs the test build with PDIO_TEST_BREAK=LIST
+# (tests/vm/breaks.c):
 #   no-restart            the supervisor records a death but starts no new
 #                         server: the SIGKILL, SIGABRT and restart tests
 #                         fail (fio errors, no new server, pdio restart

@@ -25,13 +25,17 @@
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
 #                       tree's src/cli/pdio)
+#   --pdio-broken PATH  pdio(1) with its break points compiled in (default:
+#                       the build tree's tests/vm/pdio-broken, which make
+#                       check builds, or make -C tests vm/pdio-broken)
 #   --timeout SEC       hard limit for the whole guest run (default 1200)
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
 #   --shell             no tests: boot to a busybox shell on this terminal
-#   --break LIST        run a deliberately broken pdio (PDIO_TEST_BREAK in
-#                       the guest, see guest-init.sh's scenario_recover):
-#                       the tests of what it breaks must then fail
+#   --break LIST        run pdio-broken in place of pdio, with
+#                       PDIO_TEST_BREAK=LIST in the guest (the break points
+#                       are listed in tests/vm/breaks.c): the tests of the
+#                       broken features must then fail
 #
 # Environment: PDIO_VM_CACHE (default /var/cache/pdio-vm) holds the unpacked
 # kernel and the cached part of the initramfs, outside the git tree so every
@@ -48,6 +52,7 @@ scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_re
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
+pdio_broken=""
 timeout=${PDIO_VM_TIMEOUT:-1200}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
 fio_size=${PDIO_VM_FIO_SIZE:-24m}
@@ -66,6 +71,8 @@ while [ $# -gt 0 ]; do
     --plugin=*) plugin=${1#*=} ;;
     --pdio) pdio=${2:?}; shift ;;
     --pdio=*) pdio=${1#*=} ;;
+    --pdio-broken) pdio_broken=${2:?}; shift ;;
+    --pdio-broken=*) pdio_broken=${1#*=} ;;
     --timeout) timeout=${2:?}; shift ;;
     --timeout=*) timeout=${1#*=} ;;
     --workdir) workdir=${2:?}; shift ;;
@@ -114,6 +121,11 @@ if [ -z "$pdio" ]; then
 fi
 [ -x "$pdio" ] || bail "pdio(1) not found: $pdio (build first, or pass --pdio)"
 pdio=$(cd "$(dirname "$pdio")" && pwd)/$(basename "$pdio")
+if [ -z "$pdio_broken" ]; then
+    pdio_broken=${PDIO_BUILDDIR:-$top}/tests/vm/pdio-broken
+fi
+[ -x "$pdio_broken" ] || bail "pdio-broken not found: $pdio_broken (make -C tests vm/pdio-broken, or pass --pdio-broken)"
+pdio_broken=$(cd "$(dirname "$pdio_broken")" && pwd)/$(basename "$pdio_broken")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
@@ -231,6 +243,7 @@ base_files() {
     echo "$plugin" >> "$libs"
     # The same for pdio(1) (libnbd).
     echo "$pdio" >> "$libs"
+    echo "$pdio_broken" >> "$libs"
     for f in $SYSTEMD_FILES; do
         echo "$f $f"
         case $f in *.so|*/systemd|*/systemd-*) echo "$f" >> "$libs" ;; esac
@@ -405,8 +418,15 @@ cp "$here/guest-init.sh" "$ov/init"
 chmod 755 "$ov/init"
 cp "$top/tests/lib/tap.sh" "$ov/pdio/tap.sh"
 cp "$plugin" "$ov/pdio/pdio.so"
-mkdir -p "$ov/usr/bin"
-cp "$pdio" "$ov/usr/bin/pdio"
+mkdir -p "$ov/usr/bin" "$ov/pdio/broken"
+# The test build is named pdio too: pdio knows its servers and itself by
+# that name (comm), and mount.pdio runs it.
+cp "$pdio_broken" "$ov/pdio/broken/pdio"
+if [ -n "$break_list" ]; then
+    cp "$pdio_broken" "$ov/usr/bin/pdio"
+else
+    cp "$pdio" "$ov/usr/bin/pdio"
+fi
 # mount(8) and umount(8) find the helpers in /sbin (/usr/sbin here,
 # merged /usr).
 mkdir -p "$ov/usr/sbin"
@@ -425,7 +445,11 @@ cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 t_initramfs=$(($(now) - t0))
 tap_diag "kernel $kver ($(cat "$kdir/.deb" 2>/dev/null)), ${t_kernel}s to fetch/resolve"
 tap_diag "initramfs $(($(stat -c %s "$work/initrd.cpio") / 1048576)) MiB (base $base_note), ${t_initramfs}s"
-tap_diag "plugin under test: $plugin; pdio(1): $pdio"
+if [ -n "$break_list" ]; then
+    tap_diag "plugin under test: $plugin; pdio(1): $pdio_broken, breaking $break_list"
+else
+    tap_diag "plugin under test: $plugin; pdio(1): $pdio"
+fi
 
 # --- boot --------------------------------------------------------------------------
 # A sparse scratch disk; the guest formats it and keeps its images on it, so

@@ -1,0 +1,73 @@
+/* The break points of vm/pdio-broken: pdio(1) built from the same sources
+ * with -DPDIO_TEST_BREAKS and this file, never installed.  The guest
+ * (run.sh --break LIST) runs it in place of pdio to show that each test
+ * fails without the feature it tests; the frontend scenario runs it for
+ * an attach that fails after the device is connected.  In pdio itself
+ * test_break() is false and the names below are not compiled in.
+ *
+ * $PDIO_TEST_BREAK is a comma-separated list of:
+ *   no-restart            the supervisor records a death, starts no server
+ *   no-give-up            the supervisor never gives up
+ *   server-exits-with-supervisor  (--nbdkit) nbdkit -f --exit-with-parent
+ *                         as the supervisor's child, dying with it
+ *   no-autoclear          mount.pdio does not arm autoclear
+ *   no-partscan           attach does not read the partition table
+ *   no-take-over          pdio restart refuses a device whose supervisor
+ *                         is gone
+ *   no-udev-settle        attach --autoclear does not wait for udev
+ *   no-umount-helper      mount.pdio does not mark its mounts helper=pdio
+ *   fail-after-connect    attach fails once the device is connected
+ */
+#include <config.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+bool
+test_break (const char *what)
+{
+  const char *v = getenv ("PDIO_TEST_BREAK");
+  size_t n = strlen (what);
+
+  while (v && *v) {
+    size_t len = strcspn (v, ",");
+
+    if (len == n && strncmp (v, what, n) == 0)
+      return true;
+    v += len;
+    if (*v == ',')
+      v++;
+  }
+  return false;
+}
+
+/* The design in which a device dies with its supervisor: the guest's
+ * "supervisor killed" test must fail with it.
+ */
+pid_t
+test_start_server_tied (const struct server_opts *o, const char *log,
+                        char *why, size_t len)
+{
+  struct server_opts fg = *o;
+  struct server_cmd cmd;
+  pid_t pid;
+
+  fg.pidfile = NULL;
+  unlink (o->socket);
+  server_argv (&fg, &cmd);
+  pid = run_background ((char **) cmd.argv, log);
+  for (unsigned t = 0; pid > 0 && access (o->socket, F_OK) == -1; t += 20) {
+    if (t >= 10000 || waitpid (pid, NULL, WNOHANG) == pid) {
+      snprintf (why, len, "nbdkit could not serve %s (see %s)", o->image,
+                log);
+      return -1;
+    }
+    msleep (20);
+  }
+  return pid;
+}
