@@ -1,5 +1,6 @@
 /* The per-thread buffer pool: one mapping, registered with the thread's
- * ring as fixed buffer 0, split in two buddy allocators of 4 KiB pages:
+ * ring chunk by chunk as it is used (below), split in two buddy
+ * allocators of 4 KiB pages:
  *
  *   bounce  the engine's own memory for unaligned requests (one chunk's
  *           bounce, at most the bounce cap, per request at a time);

@@ -246,8 +246,9 @@ report_start (struct start *st, int err)
 
 /* Worker 0 makes its ring and pool at once, so that what would fail for
  * every worker fails the start; the others make theirs when their first
- * connection comes (pools are registered, so resident: a 16-CPU server
- * with two clients holds two pools, not sixteen).
+ * connection comes (a pool is address space until used, but a ring is
+ * kernel memory: a 16-CPU server with two clients holds two, not
+ * sixteen).
  */
 static void *
 worker_main (void *arg_)
