@@ -274,7 +274,7 @@ pool_release (struct pool *p, uint32_t now, unsigned idle)
     /* Unregister first: the ring's pin would keep the pages alive. */
     if (c->registered)
       p->hook (p->hook_opaque, i, NULL, 0);
-    /* Only fails for a range that is not mapped; then it was not held. */
+    /* Cannot fail: the range is a whole chunk of our own mapping. */
     madvise (mem, chunk_len (p, i), MADV_DONTNEED);
     c->live = c->registered = false;
     p->live_bytes -= chunk_len (p, i);

@@ -571,10 +571,11 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
      * so the ring pins only what the load needs, once per chunk rather
      * than per transfer.  A bounce-only pool (the nbdkit plugin: one per
      * nbdkit worker thread, 16 per connection) stays unregistered: its
-     * requests are copied anyway.  Without sparse tables (before Linux
-     * 5.19), plain O_DIRECT I/O.
+     * requests are copied anyway; so is a pool whose file I/O is not on
+     * the ring (psync): nothing would use it.  Without sparse tables
+     * (before Linux 5.19), plain O_DIRECT I/O.
      */
-    if (t->pool.size > bounce)
+    if (t->file_on_ring && t->pool.size > bounce)
       t->fixed_buf =
         io_uring_register_buffers_sparse (&t->ring, t->pool.nchunks) == 0;
     efd_arm (t);
