@@ -1,14 +1,15 @@
 /* The io_uring backend: how each system call of a request becomes an SQE
  * on the thread's ring (thread.c owns the ring and dispatches the CQEs).
- * The image is fixed file 0 and the pool fixed buffer 0 where registering
- * them worked; a transfer that is one run of the pool goes as
- * READ/WRITE_FIXED (no per-I/O page pinning), another single run as
- * READ/WRITE, anything else as READV/WRITEV.  fdatasync, fallocate and the
- * tail's sync_file_range and fadvise are io_uring opcodes too.  What has
- * no opcode runs on the engine's helper thread (helper.c: SEEK_DATA/
- * SEEK_HOLE, BLKDISCARD), so no step of a request blocks the thread, with
- * one exception: the fstat of a write's, zero's or flush's file check
- * (engine_check_file), inline on every one of them.
+ * The image is fixed file 0 where registering it worked, and the pool's
+ * chunks in use are fixed buffers; a transfer that is one run within a
+ * registered chunk goes as READ/WRITE_FIXED (no per-I/O page pinning),
+ * another single run as READ/WRITE, anything else as READV/WRITEV.
+ * fdatasync, fallocate and the tail's sync_file_range and fadvise are
+ * io_uring opcodes too.  What has no opcode runs on the engine's helper
+ * thread (helper.c: SEEK_DATA/SEEK_HOLE, BLKDISCARD), so no step of a
+ * request blocks the thread, with one exception: the fstat of a write's,
+ * zero's or flush's file check (engine_check_file), inline on every one
+ * of them.
  */
 #include <config.h>
 
@@ -19,20 +20,20 @@
 
 void
 uring_prep (struct io_uring_sqe *sqe, const struct sysop *op, int fd,
-            int tail_fd, bool fixed_file, bool fixed_buf)
+            int tail_fd, bool fixed_file, int buf_index)
 {
   int target = fixed_file ? 0 : fd;
 
   switch (op->kind) {
   case SYSOP_READV:
   case SYSOP_WRITEV:
-    if (fixed_buf) {
+    if (buf_index >= 0) {
       if (op->kind == SYSOP_WRITEV)
         io_uring_prep_write_fixed (sqe, target, op->iov[0].iov_base,
-                                   op->iov[0].iov_len, op->offset, 0);
+                                   op->iov[0].iov_len, op->offset, buf_index);
       else
         io_uring_prep_read_fixed (sqe, target, op->iov[0].iov_base,
-                                  op->iov[0].iov_len, op->offset, 0);
+                                  op->iov[0].iov_len, op->offset, buf_index);
       sqe->rw_flags = op->flags;
     }
     else if (op->iovcnt == 1) {

@@ -5,7 +5,8 @@
  *
  * Thread safety: one pdio_image is shared by any number of threads and
  * connections.  Each thread that does I/O creates its own pdio_thread (one
- * io_uring, a bounded registered buffer pool) and passes it explicitly;
+ * io_uring, a bounded buffer pool registered as it is used) and passes
+ * it explicitly;
  * a pdio_thread is only ever touched by the thread that created it, so
  * create them after any fork.
  *
@@ -105,14 +106,15 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 
 /* One worker thread's engine state: ONE io_uring (IORING_SETUP_SINGLE_ISSUER
  * | DEFER_TASKRUN when available; only the creating thread may touch it)
- * with the image registered as fixed file 0 and the pool as fixed buffer
- * 0, a bounded buffer pool, and the engine's queues of deferred work.
+ * with the image registered as fixed file 0, a bounded buffer pool whose
+ * 2 MiB chunks are registered as fixed buffers while in use, and the
+ * engine's queues of deferred work.
  * A front end may put its own (socket) SQEs on the same ring.
  */
 struct pdio_thread;
 
 struct pdio_thread_config {
-  /* Bytes of the registered pool: the engine's bounce region (always
+  /* Bytes of the pool (its bound): the engine's bounce region (always
    * pdio_thread_bounce_bytes(), for unaligned requests) plus what is left
    * for pdio_buf_get.  0 = PDIO_POOL_DEFAULT; anything below the bounce
    * region (e.g. PDIO_POOL_BOUNCE_ONLY) means the bounce region alone,
@@ -201,6 +203,20 @@ extern size_t pdio_buf_max (const struct pdio_thread *t);
 extern void pdio_thread_on_buf_free (struct pdio_thread *t,
                                      void (*fn) (void *opaque),
                                      void *opaque);
+/* Pool memory is address space until used: a chunk becomes resident (and
+ * registered, so pinned) when a buffer or bounce in it is first handed
+ * out.  This gives back the chunks nothing was taken from for idle_secs
+ * or more (about: the age is counted from the last call's now) by the
+ * caller's clock now (seconds, never decreasing): they are unregistered
+ * and their pages returned to the kernel, to come back zeroed when
+ * needed.  For a loop's periodic tick: a pass over a few dozen chunks, no
+ * system call unless something is given back.  Returns the bytes given
+ * back.
+ */
+extern size_t pdio_thread_trim (struct pdio_thread *t, uint64_t now,
+                                unsigned idle_secs);
+/* Bytes of the pool now resident (in use since last given back). */
+extern size_t pdio_thread_pool_resident (const struct pdio_thread *t);
 
 /* ---- requests --------------------------------------------------------------- */
 

@@ -99,7 +99,7 @@ struct pdio_thread {
   struct io_uring ring;
   bool file_on_ring;            /* the image's I/O goes on the ring */
   bool fixed_file;              /* the image is registered file 0 */
-  bool fixed_buf;               /* the pool is registered buffer 0 */
+  bool fixed_buf;               /* a table of one buffer per pool chunk */
   bool on_valgrind;             /* waits never sleep in the ring (thread.c) */
   const struct io_backend *backend;   /* when !file_on_ring */
   void *backend_state;

@@ -95,11 +95,11 @@ struct psync_files {
 extern void thread_issue (struct pdio_thread *t, struct sysop *op);
 
 /* Fills sqe for op (backend_uring.c).  fixed_file: the image is file 0;
- * fixed_buf: op's single iovec lies in registered buffer 0.
+ * buf_index >= 0: op's single iovec lies in that registered buffer.
  */
 struct io_uring_sqe;
 extern void uring_prep (struct io_uring_sqe *sqe, const struct sysop *op,
-                        int fd, int tail_fd, bool fixed_file, bool fixed_buf);
+                        int fd, int tail_fd, bool fixed_file, int buf_index);
 
 struct io_counters {
   _Atomic uint64_t short_io;

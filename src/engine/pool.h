@@ -1,5 +1,6 @@
 /* The per-thread buffer pool: one mapping, registered with the thread's
- * ring as fixed buffer 0, split in two buddy allocators of 4 KiB pages:
+ * ring chunk by chunk as it is used (below), split in two buddy
+ * allocators of 4 KiB pages:
  *
  *   bounce  the engine's own memory for unaligned requests (one chunk's
  *           bounce, at most the bounce cap, per request at a time);
@@ -13,6 +14,15 @@
  *
  * A buddy allocator because it is O(log n), bounded and cannot fragment
  * worse than 2x; sizes are rounded up to a power of two pages.
+ *
+ * The mapping is address space only until used.  Memory follows load in
+ * chunks of POOL_CHUNK: a chunk becomes live when a block in it is first
+ * handed out (the owner's hook registers it with the ring, which pins and
+ * so faults in all of it), and pool_release gives back the live chunks
+ * nothing was handed out from for a while (the hook unregisters them,
+ * then madvise(MADV_DONTNEED) returns their pages; they come back zeroed).
+ * The buffer region starts at a chunk boundary, so every block of up to a
+ * chunk lies in one chunk: one registered buffer, fixed-buffer I/O.
  */
 #ifndef PDIO_POOL_H
 #define PDIO_POOL_H
@@ -23,27 +33,61 @@
 
 #define POOL_PAGE 4096u
 #define POOL_MAX_ORDER 20       /* 4 GiB blocks: more than any pool */
+/* The unit of residency and registration: the largest block that is
+ * still fixed-buffer I/O (bigger ones span chunks: plain O_DIRECT, the
+ * kernel pins them per transfer, a small cost next to their size).
+ */
+#define POOL_CHUNK ((size_t) 2 << 20)
+
+struct buddy_node {
+  uint32_t next, prev;          /* free lists, by page index */
+  uint8_t head;                 /* order+1 at a free block's first page */
+};
 
 struct buddy {
   char *base;
   size_t npages;
   size_t free_pages;
-  uint32_t *next, *prev;        /* free lists, by page index */
-  uint8_t *head;                /* order+1 at a free block's first page */
+  struct buddy_node *node;      /* one a page */
   uint32_t free_list[POOL_MAX_ORDER + 1];
+};
+
+struct pool_chunk {
+  uint32_t held;                /* pages handed out in it */
+  uint32_t idle_since;          /* pool's clock when held last fell to 0 */
+  bool live;                    /* used since it was last given back */
+  bool registered;              /* the hook put it in the ring's table */
 };
 
 struct pool {
   char *mem;
-  size_t size;                  /* bounce.npages + bufs.npages pages */
+  size_t size;                  /* the mapping: bounce, gap to a chunk
+                                   boundary, bufs */
   struct buddy bounce, bufs;
+  struct pool_chunk *chunk;
+  unsigned nchunks;
+  size_t live_bytes;            /* of the live chunks */
+  uint32_t now;                 /* seconds, as pool_release was told */
+  bool clock_set;               /* pool_release was called */
+  /* A chunk becomes live (mem, len) or is given back (NULL, 0); for a
+   * live one, true if it is now registered buffer idx.  NULL: none.
+   */
+  bool (*hook) (void *opaque, unsigned idx, void *mem, size_t len);
+  void *hook_opaque;
 };
 
 /* Maps bounce_bytes + buf_bytes (both multiples of POOL_PAGE; bounce_bytes
- * a power of two).  0 or -errno.
+ * a power of two), address space only.  0 or -errno.
  */
 extern int pool_init (struct pool *p, size_t bounce_bytes, size_t buf_bytes);
 extern void pool_destroy (struct pool *p);
+/* Gives back every live chunk that has held nothing for idle seconds or
+ * more by the clock now (seconds, never decreasing); the bytes given back.
+ */
+extern size_t pool_release (struct pool *p, uint32_t now, unsigned idle);
+/* The registered buffer [mem, mem + len) lies in, or -1. */
+extern int pool_buf_index (const struct pool *p, const void *mem,
+                           size_t len);
 
 /* NULL when there is no room now. */
 extern void *pool_get_bounce (struct pool *p, size_t len);

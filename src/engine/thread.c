@@ -134,9 +134,10 @@ thread_issue (struct pdio_thread *t, struct sysop *op)
 {
   if (t->file_on_ring) {
     struct io_uring_sqe *sqe = pdio_thread_sqe (t);
-    bool fixed_buf = t->fixed_buf && op->iovcnt == 1 &&
-      (op->kind == SYSOP_READV || op->kind == SYSOP_WRITEV) &&
-      pool_contains (&t->pool, op->iov[0].iov_base, op->iov[0].iov_len);
+    int buf_index = t->fixed_buf && op->iovcnt == 1 &&
+      (op->kind == SYSOP_READV || op->kind == SYSOP_WRITEV)
+      ? pool_buf_index (&t->pool, op->iov[0].iov_base, op->iov[0].iov_len)
+      : -1;
 
     if (sqe) {
       /* What valgrind would do for the system call (vg.h); a read's
@@ -147,7 +148,7 @@ thread_issue (struct pdio_thread *t, struct sysop *op)
       else if (op->kind == SYSOP_WRITEV || op->kind == SYSOP_TAIL_WRITE)
         vg_check_iov (op->iov, op->iovcnt);
       uring_prep (sqe, op, t->img->fd, t->img->tail_fd, t->fixed_file,
-                  fixed_buf);
+                  buf_index);
       io_uring_sqe_set_data (sqe, &op->comp);
       return;
     }
@@ -505,6 +506,18 @@ pdio_thread_on_buf_free (struct pdio_thread *t, void (*fn) (void *opaque),
   t->on_buf_free_opaque = opaque;
 }
 
+size_t
+pdio_thread_trim (struct pdio_thread *t, uint64_t now, unsigned idle_secs)
+{
+  return pool_release (&t->pool, (uint32_t) now, idle_secs);
+}
+
+size_t
+pdio_thread_pool_resident (const struct pdio_thread *t)
+{
+  return t->pool.live_bytes;
+}
+
 void *
 thread_get_bounce (struct pdio_thread *t, size_t len)
 {
@@ -532,6 +545,40 @@ thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w)
 }
 
 /* ---- life cycle ------------------------------------------------------------- */
+
+/* The pool's hook (pool.h): a chunk came into use or is being given back.
+ * Registering a chunk on its first use, not the whole pool at start, is
+ * what keeps an idle thread's memory unpinned and not resident: the ring
+ * pins every page it registers.  Registration is one system call per
+ * chunk per period of use, never per transfer.
+ */
+static bool
+chunk_hook (void *opaque, unsigned idx, void *mem, size_t len)
+{
+  struct pdio_thread *t = opaque;
+  struct iovec iov = { mem, len };
+
+  if (mem && t->img->bounce_canary) {
+    /* Pages come back zeroed: stale bounce data must look stale again. */
+    char *b0 = t->pool.bounce.base;
+    char *b1 = b0 + t->pool.bounce.npages * POOL_PAGE;
+    char *lo = (char *) mem > b0 ? (char *) mem : b0;
+    char *hi = (char *) mem + len < b1 ? (char *) mem + len : b1;
+
+    if (lo < hi) {
+      vg_fresh (lo, hi - lo);
+      memset (lo, PDIO_CANARY, hi - lo);
+      vg_gone (lo, hi - lo);
+    }
+  }
+  if (!t->fixed_buf)
+    return false;
+  /* Where the memlock limit refuses a chunk, its transfers are plain
+   * O_DIRECT ones: the kernel pins their pages per transfer instead.
+   */
+  return io_uring_register_buffers_update_tag (&t->ring, idx, &iov, NULL,
+                                               1) == 1 && mem != NULL;
+}
 
 size_t
 pdio_thread_bounce_bytes (const struct pdio_image *img)
@@ -593,26 +640,27 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   r = pool_init (&t->pool, bounce, pool_bytes - bounce);
   if (r < 0)
     goto fail;
-  if (img->bounce_canary)
-    memset (t->pool.bounce.base, PDIO_CANARY, bounce);
+  t->pool.hook = chunk_hook;
+  t->pool.hook_opaque = t;
 
   r = ring_init (&t->ring, entries);
   if (r == 0) {
-    struct iovec iov = { t->pool.mem, t->pool.size };
-
     t->have_ring = true;
     t->file_on_ring = img->backend == PDIO_BACKEND_URING;
     if (t->file_on_ring)
       t->fixed_file = io_uring_register_files (&t->ring, &img->fd, 1) == 0;
-    /* Registering pins the pool once instead of per transfer; where the
-     * memlock limit refuses it, plain vectored I/O still works.  A
-     * bounce-only pool (the nbdkit plugin: one per nbdkit worker thread,
-     * 16 per connection) stays unregistered: pinning would make all of it
-     * resident at once, where untouched pages cost nothing, and its
-     * requests are copied anyway.
+    /* An empty table of one buffer per pool chunk: chunks are registered
+     * as they come into use and taken out when given back (chunk_hook),
+     * so the ring pins only what the load needs, once per chunk rather
+     * than per transfer.  A bounce-only pool (the nbdkit plugin: one per
+     * nbdkit worker thread, 16 per connection) stays unregistered: its
+     * requests are copied anyway; so is a pool whose file I/O is not on
+     * the ring (psync): nothing would use it.  Without sparse tables
+     * (before Linux 5.19), plain O_DIRECT I/O.
      */
-    if (t->pool.size > bounce)
-      t->fixed_buf = io_uring_register_buffers (&t->ring, &iov, 1) == 0;
+    if (t->file_on_ring && t->pool.size > bounce)
+      t->fixed_buf =
+        io_uring_register_buffers_sparse (&t->ring, t->pool.nchunks) == 0;
     efd_arm (t);
   }
   else if (img->backend == PDIO_BACKEND_URING)

@@ -36,6 +36,14 @@
  * buffer of this size and dropped.
  */
 #define WORKER_DISCARD_BYTES (64 * 1024)
+/* Pool memory unused this long (seconds) goes back to the kernel, and
+ * out of the ring's pinned buffers.  Long enough that a client's pauses
+ * (a think time, a flush, the gap between two jobs) do not make a chunk
+ * go and come back -- each return costs a registration and 2 MiB of
+ * zeroing -- and short enough that a server left idle is small within
+ * seconds.
+ */
+#define WORKER_IDLE_SECS 5
 
 struct conn;
 

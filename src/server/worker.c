@@ -10,11 +10,13 @@
  * dispatch them (pdio_thread_poll calls each completion's function),
  * retry connections stalled for memory, send the replies that round
  * queued (one sendmsg per connection), and once a second drop the
- * connections that stopped making progress.
+ * connections that stopped making progress and give back the pool memory
+ * that has not been used for WORKER_IDLE_SECS.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +127,22 @@ loop (struct worker *w)
     /* After resuming: a resumed request may have been refused at once. */
     conn_list_send_all (w);
     if (w->now != last) {
+      size_t given;
+
       last = w->now;
       conn_list_watchdog (w);
+      given = pdio_thread_trim (w->t, w->now, WORKER_IDLE_SECS);
+      if (given) {
+        worker_log (w, LOG_DEBUG, "worker %u: gave back %zu KiB of pool, "
+                    "%zu KiB resident", w->id, given >> 10,
+                    pdio_thread_pool_resident (w->t) >> 10);
+        /* The connections' and requests' state went back to this
+         * thread's malloc arena, which keeps the pages: once the worker
+         * is idle, hand the free ones back too.  Once per idle period.
+         */
+        if (pdio_thread_pool_resident (w->t) == 0)
+          malloc_trim (0);
+      }
     }
   }
 }
@@ -230,8 +246,9 @@ report_start (struct start *st, int err)
 
 /* Worker 0 makes its ring and pool at once, so that what would fail for
  * every worker fails the start; the others make theirs when their first
- * connection comes (pools are registered, so resident: a 16-CPU server
- * with two clients holds two pools, not sixteen).
+ * connection comes (a pool is address space until used, but a ring is
+ * kernel memory: a 16-CPU server with two clients holds two, not
+ * sixteen).
  */
 static void *
 worker_main (void *arg_)
