@@ -106,12 +106,24 @@ engine_write_span (const struct pdio_image *img, uint64_t offset,
 
 /* A file can shrink or be deleted under us.  A direct write past its end
  * would grow it back, and writes to a deleted file are lost at close: both
- * are refused, with one clear message.  (A change between this check and
- * the write is not caught; this is a guard against mistakes, not a lock.)
+ * are refused, with one clear message.
+ *
+ * One fstat answers for a round of the thread: what it checks between two
+ * events (pdio_thread_poll called or returning, a batch of completions
+ * taken in: thread_new_round).  The requests of a round arrived before
+ * its first check (they came in with the round's completions, or waited
+ * for memory, or are the round's only request: see pdio_submit), so the
+ * answer sees any truncate or unlink done before they were sent: a client
+ * that changes the file and then writes gets its error.  A later round
+ * asks the file again, and so does a request that ends past the size seen
+ * (the file may have grown back).  Not caught: a change made after the
+ * fstat -- between it and the write, or by someone racing the client;
+ * this is a guard against mistakes, not a lock.
  */
 int
-engine_check_file (struct pdio_image *img, uint64_t end)
+engine_check_file (struct pdio_thread *t, uint64_t end)
 {
+  struct pdio_image *img = t->img;
   struct stat st;
 
   /* A direct write ends at the next aligned offset, tail writes at the
@@ -123,12 +135,17 @@ engine_check_file (struct pdio_image *img, uint64_t end)
 
   if (img->geo.blockdev)
     return 0;
+  if (t->checked_round == t->round && end <= t->checked_size)
+    return 0;
   if (fstat (img->fd, &st) == -1)
     return -errno;
   if (st.st_nlink == 0) {
+    t->checked_round = 0;
     engine_tell_changed (img, "the image was deleted");
     return -EIO;
   }
+  t->checked_round = t->round;
+  t->checked_size = st.st_size;
   if ((uint64_t) st.st_size < end) {
     engine_tell_changed (img, "the image shrank");
     return -ENOSPC;

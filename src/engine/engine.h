@@ -267,6 +267,15 @@ struct pdio_req {
 
 /* Starts r and returns at once; r and its buffer must stay valid until
  * r->done runs.  Any number of requests may be in flight per thread.
+ *
+ * Writes, zeroes and flushes check that the image file was not deleted
+ * or shrunk, and the requests a thread submits in one round -- between
+ * two events: pdio_thread_poll called or returning, a batch of
+ * completions dispatched -- share one fstat, made at the first of them.
+ * So submit in one round only requests that had arrived by then: those
+ * that came in with the round's completions, or waited in the front end
+ * since an earlier round.  The start-and-wait wrappers, which poll
+ * between requests, always do.
  */
 extern void pdio_submit (struct pdio_thread *t, struct pdio_req *r);
 

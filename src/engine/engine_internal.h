@@ -131,6 +131,16 @@ struct pdio_thread {
   unsigned fault_busy;          /* tests: submits that fail with EBUSY */
   bool fault_busy_owed;         /* ... until CQEs are reaped */
 
+  /* The file check's answer (engine_check_file).  round counts the
+   * times this thread took in events (pdio_thread_poll, each batch of
+   * CQEs); checked_size is the size the last fstat that found the file
+   * still linked saw, and checked_round the round it was made in (0:
+   * none to reuse).
+   */
+  uint64_t round;
+  uint64_t checked_round;
+  uint64_t checked_size;
+
   unsigned requests;            /* in flight, for pdio_thread_free */
   bool counted;                 /* in img->threads */
 };
@@ -158,9 +168,18 @@ extern void engine_write_span (const struct pdio_image *img, uint64_t offset,
                                uint64_t *end);
 
 /* Refuses I/O to a file that was deleted, or that is now shorter than end
- * (0: only the deletion check).  0 or -errno.
+ * (0: only the deletion check), as t last saw it this round (see
+ * engine.c).  0 or -errno.
  */
-extern int engine_check_file (struct pdio_image *img, uint64_t end);
+extern int engine_check_file (struct pdio_thread *t, uint64_t end);
+/* A new round for the file check: t is about to take in events that may
+ * carry new requests (thread.c).
+ */
+static inline void
+thread_new_round (struct pdio_thread *t)
+{
+  t->round++;
+}
 
 /* Whole allocation units inside [offset, end), never past the last whole
  * one of a file (zero.c).

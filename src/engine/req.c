@@ -566,7 +566,7 @@ flush_synced (struct req_state *rs, int res)
     return;
   }
   /* Durable in a file nobody can reach is not durable. */
-  r = engine_check_file (rs->img, 0);
+  r = engine_check_file (rs->t, 0);
   req_finish (rs, r == -ENOSPC ? 0 : r);
 }
 
@@ -618,7 +618,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_ZERO:
     if (r->count == 0)
       break;
-    err = engine_check_file (img, r->offset + r->count);
+    err = engine_check_file (t, r->offset + r->count);
     if (err)
       break;
     if (r->op == PDIO_OP_WRITE) {
