@@ -108,20 +108,21 @@ engine_write_span (const struct pdio_image *img, uint64_t offset,
  * would grow it back, and writes to a deleted file are lost at close: both
  * are refused, with one clear message.
  *
- * One fstat answers for a round of the thread: what it checks between two
- * events (pdio_thread_poll called or returning, a batch of completions
- * taken in: thread_new_round).  The requests of a round arrived before
- * its first check (they came in with the round's completions, or waited
- * for memory, or are the round's only request: see pdio_submit), so the
- * answer sees any truncate or unlink done before they were sent: a client
- * that changes the file and then writes gets its error.  A later round
- * asks the file again, and so does a request that ends past the size seen
- * (the file may have grown back).  Not caught: a change made after the
- * fstat -- between it and the write, or by someone racing the client;
+ * An fstat per request would be a system call per write (a round trip on
+ * FUSE or NFS), so one answer serves every request that had arrived when
+ * it was made.  Arrival is counted in the thread's rounds, from one event
+ * to the next (pdio_thread_poll called or returning, a batch of
+ * completions taken in: thread_new_round): an fstat made in round n
+ * started after everything that came in by round n, and sees any truncate
+ * or unlink done before those requests were sent, so a client that
+ * changes the file and then writes gets its error.  A request that came
+ * in later asks the file again, and so does one that ends past the size
+ * seen (the file may have grown back).  Not caught: a change made after
+ * the fstat -- between it and the write, or by someone racing the client;
  * this is a guard against mistakes, not a lock.
  */
 int
-engine_check_file (struct pdio_thread *t, uint64_t end)
+engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t end)
 {
   struct pdio_image *img = t->img;
   struct stat st;
@@ -135,8 +136,10 @@ engine_check_file (struct pdio_thread *t, uint64_t end)
 
   if (img->geo.blockdev)
     return 0;
-  if (t->checked_round == t->round && end <= t->checked_size)
+  if (t->checked_round && t->checked_round >= arrived &&
+      end <= t->checked_size)
     return 0;
+  COUNT (img, file_checks, 1);
   if (fstat (img->fd, &st) == -1)
     return -errno;
   if (st.st_nlink == 0) {
@@ -200,6 +203,7 @@ pdio_get_stats (const struct pdio_image *img, struct pdio_stats *s)
     .zero_written = atomic_load (&c->zero_written),
     .flushes = atomic_load (&c->flushes),
     .helper_calls = atomic_load (&c->helper_calls),
+    .file_checks = atomic_load (&c->file_checks),
   };
 }
 
@@ -210,8 +214,9 @@ pdio_format_stats (const struct pdio_stats *s, char *buf, size_t len)
             " bounced=%" PRIu64 " bounced_bytes=%" PRIu64 " rmw_blocks=%"
             PRIu64 " tail_writes=%" PRIu64 " short_io=%" PRIu64
             " zero_fallocate=%" PRIu64 " zero_written=%" PRIu64
-            " flushes=%" PRIu64 " helper_calls=%" PRIu64,
+            " flushes=%" PRIu64 " helper_calls=%" PRIu64
+            " file_checks=%" PRIu64,
             s->reads, s->writes, s->direct, s->bounced, s->bounced_bytes,
             s->rmw_blocks, s->tail_writes, s->short_io, s->zero_fallocate,
-            s->zero_written, s->flushes, s->helper_calls);
+            s->zero_written, s->flushes, s->helper_calls, s->file_checks);
 }

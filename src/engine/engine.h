@@ -160,6 +160,11 @@ struct io_uring_sqe;
  * (the engine then runs on psync and poll waits on an eventfd).
  */
 extern struct io_uring *pdio_thread_ring (struct pdio_thread *t);
+/* The thread's current round, for pdio_req.arrived: take it once the
+ * first bytes of a request are in (from the completion that brought them,
+ * or any time after: later is only more cautious).
+ */
+extern uint64_t pdio_thread_round (const struct pdio_thread *t);
 /* An SQE to fill.  When the SQ is full, submits what is queued; when the
  * kernel takes nothing until the CQ has room, reaps completions first
  * (they are dispatched by the next pdio_thread_poll, never inside this
@@ -261,6 +266,11 @@ struct pdio_req {
    */
   void (*done) (struct pdio_req *r, int err);
   void *opaque;                 /* the caller's */
+  /* The round of the submitting thread (pdio_thread_round) in which the
+   * request began to come in, or 0: the round it is submitted in.  A
+   * write, zero or flush may reuse a file check made since (pdio_submit).
+   */
+  uint64_t arrived;
   /* The engine's: the caller must not touch it until done runs. */
   struct pdio_req_private priv;
 };
@@ -269,13 +279,15 @@ struct pdio_req {
  * r->done runs.  Any number of requests may be in flight per thread.
  *
  * Writes, zeroes and flushes check that the image file was not deleted
- * or shrunk, and the requests a thread submits in one round -- between
- * two events: pdio_thread_poll called or returning, a batch of
- * completions dispatched -- share one fstat, made at the first of them.
- * So submit in one round only requests that had arrived by then: those
- * that came in with the round's completions, or waited in the front end
- * since an earlier round.  The start-and-wait wrappers, which poll
- * between requests, always do.
+ * or shrunk.  A thread's rounds run from one event to the next
+ * (pdio_thread_poll called or returning, a batch of completions
+ * dispatched), and one fstat serves every request that had arrived when
+ * it was made: a request of r->arrived reuses a check made in that round
+ * or later.  With r->arrived 0, the requests a thread submits in one
+ * round share the first one's check, so submit in one round only
+ * requests that had arrived by then: those that came in with the round's
+ * completions, or waited in the front end since an earlier round.  The
+ * start-and-wait wrappers, which poll between requests, always do.
  */
 extern void pdio_submit (struct pdio_thread *t, struct pdio_req *r);
 
@@ -330,6 +342,8 @@ struct pdio_stats {
   uint64_t flushes;
   uint64_t helper_calls;        /* blocking calls run on the helper thread
                                    (extents batches, block-device discards) */
+  uint64_t file_checks;         /* fstats of the deleted/shrunk check (one
+                                   serves many writes: pdio_submit) */
 };
 extern void pdio_get_stats (const struct pdio_image *img,
                             struct pdio_stats *stats);

@@ -30,7 +30,7 @@ struct engine_counters {
   _Atomic uint64_t reads, writes, direct, bounced, bounced_bytes;
   _Atomic uint64_t rmw_blocks, tail_writes;
   _Atomic uint64_t zero_fallocate, zero_written, flushes;
-  _Atomic uint64_t helper_calls;
+  _Atomic uint64_t helper_calls, file_checks;
   struct io_counters io;
 };
 
@@ -168,10 +168,11 @@ extern void engine_write_span (const struct pdio_image *img, uint64_t offset,
                                uint64_t *end);
 
 /* Refuses I/O to a file that was deleted, or that is now shorter than end
- * (0: only the deletion check), as t last saw it this round (see
+ * (0: only the deletion check), as t saw it in round arrived or later (see
  * engine.c).  0 or -errno.
  */
-extern int engine_check_file (struct pdio_thread *t, uint64_t end);
+extern int engine_check_file (struct pdio_thread *t, uint64_t arrived,
+                              uint64_t end);
 /* A new round for the file check: t is about to take in events that may
  * carry new requests (thread.c).
  */

@@ -566,7 +566,7 @@ flush_synced (struct req_state *rs, int res)
     return;
   }
   /* Durable in a file nobody can reach is not durable. */
-  r = engine_check_file (rs->t, 0);
+  r = engine_check_file (rs->t, rs->arrived, 0);
   req_finish (rs, r == -ENOSPC ? 0 : r);
 }
 
@@ -593,6 +593,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   rs->helper_waiting = false;
   rs->bounce = NULL;
   rs->err = 0;
+  rs->arrived = r->arrived ? r->arrived : t->round;
   t->requests++;
 
   if (raw) {
@@ -618,7 +619,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_ZERO:
     if (r->count == 0)
       break;
-    err = engine_check_file (t, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, r->offset + r->count);
     if (err)
       break;
     if (r->op == PDIO_OP_WRITE) {

@@ -216,6 +216,12 @@ backend_uring_available (void)
   return r;
 }
 
+uint64_t
+pdio_thread_round (const struct pdio_thread *t)
+{
+  return t->round;
+}
+
 struct io_uring *
 pdio_thread_ring (struct pdio_thread *t)
 {

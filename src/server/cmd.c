@@ -73,7 +73,7 @@ submit_engine (struct nbd_cmd *cmd)
   }
   cmd->er = (struct pdio_req) {
     .op = op, .flags = flags, .offset = r->offset, .count = r->count,
-    .buf = cmd->buf, .done = on_engine_done,
+    .buf = cmd->buf, .done = on_engine_done, .arrived = cmd->arrived,
   };
   pdio_submit (cmd->w->t, &cmd->er);
 }

@@ -27,6 +27,8 @@ struct nbd_cmd {
   void *buf;                    /* pool memory, or NULL */
   size_t buf_len;
   uint32_t error;               /* the NBD error of the reply */
+  uint64_t arrived;             /* the worker's round its header came in
+                                   (pdio_req.arrived) */
   /* The reply on the wire: hdr, then payload. */
   uint8_t hdr[NBD_OFFSET_DATA_HEADER_LEN];
   uint8_t hdr_len;

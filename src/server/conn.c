@@ -116,6 +116,8 @@ struct conn {
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
+  uint64_t pending_round;       /* the engine round it came in (the file
+                                   check's answer from then on will do) */
   struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
@@ -655,6 +657,7 @@ start_request (struct conn *c)
     return;
   }
   cmd->nbd = *r;
+  cmd->arrived = c->pending_round;
   cmd->buf = buf;
   cmd->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
@@ -694,6 +697,7 @@ static void
 header_complete (struct conn *c)
 {
   c->hdr_got = 0;
+  c->pending_round = pdio_thread_round (thr (c));
   if (!nbd_parse_request (c->hdr, &c->pending)) {
     conn_abort (c, "bad request magic");
     return;
