@@ -28,18 +28,25 @@ pdio_log_msg (void (*fn) (const char *, va_list), const char *fmt, ...)
 }
 
 void
-engine_log (const struct pdio_image *img, enum engine_log_level level,
-            const char *fmt, ...)
+pdio_vlog (const struct pdio_log *log, enum pdio_log_level level,
+           const char *fmt, va_list args)
 {
   void (*fn) (const char *, va_list) =
-    level == ENGINE_LOG_ERROR ? img->log.error :
-    level == ENGINE_LOG_WARNING ? img->log.warning : img->log.debug;
+    level == PDIO_LOG_ERROR ? log->error :
+    level == PDIO_LOG_WARNING ? log->warning : log->debug;
+
+  if (fn)
+    fn (fmt, args);
+}
+
+void
+engine_log (const struct pdio_image *img, enum pdio_log_level level,
+            const char *fmt, ...)
+{
   va_list args;
 
-  if (fn == NULL)
-    return;
   va_start (args, fmt);
-  fn (fmt, args);
+  pdio_vlog (&img->log, level, fmt, args);
   va_end (args);
 }
 

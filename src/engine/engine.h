@@ -56,6 +56,11 @@ struct pdio_log {
 extern void pdio_log_msg (void (*fn) (const char *, va_list),
                           const char *fmt, ...)
   __attribute__ ((format (printf, 2, 3)));
+/* The same, to the one of log's three that level names. */
+enum pdio_log_level { PDIO_LOG_ERROR, PDIO_LOG_WARNING, PDIO_LOG_DEBUG };
+extern void pdio_vlog (const struct pdio_log *log, enum pdio_log_level level,
+                       const char *fmt, va_list args)
+  __attribute__ ((format (printf, 3, 0)));
 
 struct pdio_config {
   const char *file;             /* regular file or block device */

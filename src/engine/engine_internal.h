@@ -148,14 +148,13 @@ struct pdio_thread {
 #define COUNT(img, field, n) \
   atomic_fetch_add_explicit (&(img)->stats.field, (n), memory_order_relaxed)
 
-enum engine_log_level { ENGINE_LOG_ERROR, ENGINE_LOG_WARNING, ENGINE_LOG_DEBUG };
 extern void engine_log (const struct pdio_image *img,
-                        enum engine_log_level level, const char *fmt, ...)
+                        enum pdio_log_level level, const char *fmt, ...)
   __attribute__ ((format (printf, 3, 4)));
-#define engine_error(img, ...) engine_log (img, ENGINE_LOG_ERROR, __VA_ARGS__)
+#define engine_error(img, ...) engine_log (img, PDIO_LOG_ERROR, __VA_ARGS__)
 #define engine_warning(img, ...) \
-  engine_log (img, ENGINE_LOG_WARNING, __VA_ARGS__)
-#define engine_debug(img, ...) engine_log (img, ENGINE_LOG_DEBUG, __VA_ARGS__)
+  engine_log (img, PDIO_LOG_WARNING, __VA_ARGS__)
+#define engine_debug(img, ...) engine_log (img, PDIO_LOG_DEBUG, __VA_ARGS__)
 
 /* The image file shrank or was deleted while served: say so once. */
 extern void engine_tell_changed (struct pdio_image *img, const char *what);

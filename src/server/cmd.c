@@ -41,7 +41,7 @@ on_engine_done (struct pdio_req *er, int err)
    * fast zero that would be slow is an answer, not a failure.
    */
   if (err)
-    worker_log (cmd->w, err == -ENOTSUP ? LOG_DEBUG : LOG_ERROR,
+    worker_log (cmd->w, err == -ENOTSUP ? PDIO_LOG_DEBUG : PDIO_LOG_ERROR,
                 "%s: %" PRIu32 " bytes at %" PRIu64 ": %s",
                 r->type == NBD_CMD_READ ? "pread" :
                 r->type == NBD_CMD_WRITE ? "pwrite" :
@@ -96,8 +96,8 @@ on_extents_done (struct pdio_req *er, int err)
   const struct nbd_request *r = &cmd->nbd;
 
   if (err < 0) {
-    worker_log (cmd->w, LOG_ERROR, "extents: %" PRIu32 " bytes at %" PRIu64
-                ": %s", r->count, r->offset, strerror (-err));
+    worker_log (cmd->w, PDIO_LOG_ERROR, "extents: %" PRIu32 " bytes at %"
+                PRIu64 ": %s", r->count, r->offset, strerror (-err));
     cmd->error = nbd_error_of_errno (err);
   }
   else {

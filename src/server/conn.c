@@ -161,7 +161,7 @@ get_sqe (struct conn *c)
   struct io_uring_sqe *sqe = pdio_thread_sqe (thr (c));
 
   if (sqe == NULL)
-    worker_log (c->w, LOG_ERROR, "io_uring submission failed");
+    worker_log (c->w, PDIO_LOG_ERROR, "io_uring submission failed");
   return sqe;
 }
 
@@ -305,7 +305,7 @@ conn_free (struct conn *c)
 
     pdio_get_stats (w->ctx->img, &st);
     pdio_format_stats (&st, buf, sizeof buf);
-    worker_log (w, LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
+    worker_log (w, PDIO_LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
   }
   close (c->fd);
   LIST_REMOVE (c, link);
@@ -376,7 +376,7 @@ conn_abort (struct conn *c, const char *why)
 {
   if (c->phase == CONN_DEAD)
     return;
-  worker_log (c->w, LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
   unstall (c);
   if (c->tx == TX_QUEUED) {
     TAILQ_REMOVE (&c->w->conns.to_send, c, send_link);
@@ -540,7 +540,8 @@ hs_step (struct conn *c)
     c->hs = NULL;
     c->phase = CONN_TRANSMISSION;
     c->rx = RX_HEADER;
-    worker_log (c->w, LOG_DEBUG, "connection %d: transmission (flags 0x%x%s%s)",
+    worker_log (c->w, PDIO_LOG_DEBUG,
+                "connection %d: transmission (flags 0x%x%s%s)",
                 c->fd, c->s.eflags, c->s.structured ? ", structured" : "",
                 c->s.meta_base_allocation ? ", base:allocation" : "");
     if (c->w->stopping)
@@ -664,7 +665,7 @@ start_request (struct conn *c)
 
   if (v.error) {
     cmd->error = v.error;
-    worker_log (c->w, LOG_DEBUG, "connection %d: refused command %u "
+    worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: refused command %u "
                 "(%u bytes at %" PRIu64 ", flags 0x%x): error %u", c->fd,
                 r->type, r->count, r->offset, r->flags, v.error);
     if (v.discard) {
@@ -843,7 +844,7 @@ conn_new (struct worker *w, int fd)
   struct conn *c = calloc (1, sizeof *c);
 
   if (c == NULL || (c->hs = malloc (sizeof *c->hs)) == NULL) {
-    worker_log (w, LOG_ERROR, "connection refused: out of memory");
+    worker_log (w, PDIO_LOG_ERROR, "connection refused: out of memory");
     free (c);
     close (fd);
     return;
@@ -862,7 +863,8 @@ conn_new (struct worker *w, int fd)
   LIST_INSERT_HEAD (&w->conns.all, c, link);
   w->conns.n++;
   nbd_hs_init (c->hs, &w->ctx->export);
-  worker_log (w, LOG_DEBUG, "connection %d: accepted by worker %u", fd, w->id);
+  worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
+              w->id);
   hs_step (c);
 }
 

@@ -92,9 +92,9 @@ struct worker {
 };
 
 /* worker.c */
-extern void worker_log (const struct worker *w, int level, const char *fmt,
-                        ...) __attribute__ ((format (printf, 3, 4)));
-enum { LOG_ERROR, LOG_WARNING, LOG_DEBUG };
+extern void worker_log (const struct worker *w, enum pdio_log_level level,
+                        const char *fmt, ...)
+  __attribute__ ((format (printf, 3, 4)));
 extern int worker_start (struct worker *w, const struct server_ctx *ctx,
                          unsigned id);
 /* From the accept thread. */
