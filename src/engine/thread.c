@@ -253,8 +253,8 @@ reap (struct pdio_thread *t)
   while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
     struct cqe_copy batch[CQE_BATCH];
 
-    /* These may have been posted after a file check of the last batch's
-     * handlers: a new round.
+    /* These may have been posted after a file check made earlier in
+     * this poll (deferred work, the last batch's handlers): a new round.
      */
     thread_new_round (t);
 
