@@ -186,6 +186,12 @@ extern int nbd_handshake (const char *socket, struct nbd_offer *o,
  */
 extern bool nbd_handshake_n (const char *socket, unsigned n, int *fds,
                              struct nbd_offer *o, char *why, size_t len);
+/* What the server on the unix socket, or on localhost:port if socket is
+ * NULL, offers (NBD_OPT_INFO), leaving no connection behind.  false with
+ * why set.
+ */
+extern bool nbd_query (const char *socket, const char *port,
+                       struct nbd_offer *o, char *why, size_t len);
 
 /* --- nbd_netlink.c: the driver's generic netlink family ------------------ */
 struct nbdnl_device {
@@ -302,8 +308,8 @@ struct server_info {
  */
 extern pid_t server_start (const struct server_opts *o, const char *log,
                            char *why, size_t len);
-/* Connects with libnbd (to the unix socket, or to localhost:port if socket
- * is NULL) until it answers, for up to ms.
+/* Asks the server (nbd_query: on the unix socket, or on localhost:port if
+ * socket is NULL) until it answers, for up to ms.
  */
 extern bool server_query (const char *socket, const char *port, unsigned ms,
                           struct server_info *info, char *why, size_t len);

@@ -241,7 +241,7 @@ base_files() {
     # The plugin under test goes in the overlay, but its libraries (liburing,
     # libc ...) belong here; pthread_cancel may dlopen libgcc_s.
     echo "$plugin" >> "$libs"
-    # The same for pdio(1) (libnbd).
+    # The same for pdio(1) (liburing, libnl-genl-3).
     echo "$pdio" >> "$libs"
     echo "$pdio_broken" >> "$libs"
     for f in $SYSTEMD_FILES; do
