@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Exit codes (documented in pdio(1) and --help). */
@@ -106,6 +107,19 @@ extern bool wait_gone (pid_t pid, unsigned ms);
 extern bool pid_is_server (pid_t pid);
 /* The process's comm, without the newline, in comm; false if none. */
 extern bool proc_comm (pid_t pid, char *comm, size_t len);
+
+/* --- procmem.c: what a process holds ------------------------------------- */
+/* Its RSS and PSS in bytes (/proc/PID/smaps_rollup); false if they cannot
+ * be read (gone, or not ours to look at).
+ */
+extern bool proc_memory (pid_t pid, uint64_t *rss, uint64_t *pss);
+
+/* --- json.c: JSON output -------------------------------------------------- */
+/* s as a JSON string, quotes included: escapes what JSON needs, controls
+ * and DEL as \u00XX; valid UTF-8 as is, any other byte as \udcXX (as
+ * Python's os.fsdecode, so the bytes can be recovered).
+ */
+extern void json_string (FILE *fp, const char *s);
 
 /* --- sysfs.c: /dev/nbdN as the kernel sees it ---------------------------- */
 extern bool nbd_driver_present (void);
