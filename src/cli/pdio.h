@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Exit codes (documented in pdio(1) and --help). */
@@ -107,6 +108,19 @@ extern bool pid_is_server (pid_t pid);
 /* The process's comm, without the newline, in comm; false if none. */
 extern bool proc_comm (pid_t pid, char *comm, size_t len);
 
+/* --- procmem.c: what a process holds ------------------------------------- */
+/* Its RSS and PSS in bytes (/proc/PID/smaps_rollup); false if they cannot
+ * be read (gone, or not ours to look at).
+ */
+extern bool proc_memory (pid_t pid, uint64_t *rss, uint64_t *pss);
+
+/* --- json.c: JSON output -------------------------------------------------- */
+/* s as a JSON string, quotes included: escapes what JSON needs, controls
+ * and DEL as \u00XX; valid UTF-8 as is, any other byte as \udcXX (as
+ * Python's os.fsdecode, so the bytes can be recovered).
+ */
+extern void json_string (FILE *fp, const char *s);
+
 /* --- sysfs.c: /dev/nbdN as the kernel sees it ---------------------------- */
 extern bool nbd_driver_present (void);
 /* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
@@ -186,6 +200,12 @@ extern int nbd_handshake (const char *socket, struct nbd_offer *o,
  */
 extern bool nbd_handshake_n (const char *socket, unsigned n, int *fds,
                              struct nbd_offer *o, char *why, size_t len);
+/* What the server on the unix socket, or on localhost:port if socket is
+ * NULL, offers (NBD_OPT_INFO), leaving no connection behind.  false with
+ * why set.
+ */
+extern bool nbd_query (const char *socket, const char *port,
+                       struct nbd_offer *o, char *why, size_t len);
 
 /* --- nbd_netlink.c: the driver's generic netlink family ------------------ */
 struct nbdnl_device {
@@ -302,8 +322,8 @@ struct server_info {
  */
 extern pid_t server_start (const struct server_opts *o, const char *log,
                            char *why, size_t len);
-/* Connects with libnbd (to the unix socket, or to localhost:port if socket
- * is NULL) until it answers, for up to ms.
+/* Asks the server (nbd_query: on the unix socket, or on localhost:port if
+ * socket is NULL) until it answers, for up to ms.
  */
 extern bool server_query (const char *socket, const char *port, unsigned ms,
                           struct server_info *info, char *why, size_t len);

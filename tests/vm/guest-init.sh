@@ -547,7 +547,46 @@ fe_list() {
         grep -qF "$kv" "$STATE/fe.json" || { echo "JSON lacks $kv"; return 1; }
     done
     head -n 2 "$STATE/fe.json" | tr -d ' \n' | grep -q '^{"nbddevices":\[$'
-    detail "text and JSON rows match the device, image, pid and 0 bytes cached"
+    # It parses (jq), with the front end and the memory of a live server
+    # and supervisor (null where pdio list could not read them).
+    jq -e --arg dev "$(fe_dev)" --arg img "$FE_IMG" --argjson pid "$pid" '
+        .nbddevices | length == 1 and (.[0] |
+            .name == $dev and ."back-file" == $img and .pid == $pid and
+            ."front-end" == "pdio" and .supervisor > 0 and
+            ."server-rss" > 0 and ."server-pss" > 0 and
+            ."supervisor-rss" > 0 and ."supervisor-pss" > 0)' \
+        "$STATE/fe.json" > /dev/null || { echo "jq: not the device's JSON"; return 1; }
+    detail "text and JSON rows match the device, image, pid and 0 bytes cached; the JSON parses and gives the server's and supervisor's memory"
+}
+
+# What an idle device costs, as pdio list --json reports it: once the
+# filesystem work is over, its server and supervisor hold at most 4 MiB
+# of PSS together, and the server pins nothing.  A bound, polled until
+# it holds (the server gives its pool back 5 s after its last request;
+# ext4 may still write for a while after mount), never a timing.
+fe_idle_memory() {
+    pid=$(fe_pid)
+    end=$(($(uptime_s) + 300))
+    while :; do
+        pdio list --json > "$STATE/fe-mem.json"
+        set -- $(jq -r '.nbddevices[0] | [."server-pss", ."supervisor-pss",
+                        ."server-rss", ."supervisor-rss"] | map(tostring) |
+                        join(" ")' "$STATE/fe-mem.json")
+        for v in "$@"; do
+            case $v in
+            ''|*[!0-9]*) echo "not a byte count: $v"; cat "$STATE/fe-mem.json"; return 1 ;;
+            esac
+        done
+        pin=$(awk '/^VmPin:/ { print $2 }' "/proc/$pid/status")
+        total=$(($1 + $2))
+        [ "$total" -gt $((4 << 20)) ] || [ "$pin" != 0 ] || break
+        if [ "$(uptime_s)" -ge "$end" ]; then
+            echo "after 300 s: PSS server $1 + supervisor $2 = $total bytes, VmPin $pin kB"
+            return 1
+        fi
+        sleep 2
+    done
+    detail "idle device: PSS server $1 + supervisor $2 = $total bytes (RSS $3, $4), server VmPin 0"
 }
 
 # Attaching the same image again is refused by pdio's record; through a
@@ -668,6 +707,7 @@ scenario_cli() {
     step "cli: pdio list and list --json show it" fe_list
     step "cli: a second attach of the image is refused, the lock names the server" fe_double
     step "cli: mkfs.ext4, mount, write files, remount, every checksum verified" fe_fs
+    step "cli: idle, server + supervisor within 4 MiB PSS, nothing pinned (pdio list --json)" fe_idle_memory
     step "cli: pdio detach of the mounted device is refused" fe_detach_mounted
     step "cli: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
     step "cli: reattach at once plus a read-only image, pdio detach --all" fe_detach_all

@@ -206,7 +206,7 @@ fetch_kernel() {
 
 # Programs the guest runs, from this machine (busybox covers the rest).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
-  xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm"
+  xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs"
@@ -241,7 +241,7 @@ base_files() {
     # The plugin under test goes in the overlay, but its libraries (liburing,
     # libc ...) belong here; pthread_cancel may dlopen libgcc_s.
     echo "$plugin" >> "$libs"
-    # The same for pdio(1) (libnbd).
+    # The same for pdio(1) (liburing, libnl-genl-3).
     echo "$pdio" >> "$libs"
     echo "$pdio_broken" >> "$libs"
     for f in $SYSTEMD_FILES; do
