@@ -20,15 +20,18 @@ struct worker;
 struct nbd_cmd;
 
 /* A READ or WRITE longer than this is streamed: its data goes through
- * NBD_STREAM_SLOTS buffers of this size in turn, one on the disk while the
- * other is on the socket, so what it holds does not grow with its length.
- * 2 MiB is the pool's chunk (each slot is one registered fixed buffer,
- * zero-copy) and the engine's bounce cap (an unaligned request is cut at
- * 2 MiB anyway); at that size a system call per piece costs nothing next
- * to its copy.  Requests up to it take the path they always took.
+ * NBD_STREAM_SLOTS buffers of this size in turn, some on the disk while
+ * the others are on the socket, so what it holds does not grow with its
+ * length.  2 MiB is the pool's chunk (each slot is one registered fixed
+ * buffer, zero-copy) and the engine's bounce cap (an unaligned request is
+ * cut at 2 MiB anyway); at that size a system call per piece costs nothing
+ * next to its copy.  Four slots, because with two a READ's pieces wait
+ * for each other (one read, one sent): 8 MiB reads measured at half their
+ * unstreamed speed, with four on par.  Requests up to NBD_STREAM_CHUNK
+ * take the path they always took.
  */
 #define NBD_STREAM_CHUNK ((size_t) 2 << 20)
-#define NBD_STREAM_SLOTS 2
+#define NBD_STREAM_SLOTS 4
 /* The most pool memory one command takes, whatever its length. */
 #define NBD_CMD_BUF_MAX (NBD_STREAM_SLOTS * NBD_STREAM_CHUNK)
 
