@@ -1023,6 +1023,9 @@ test_lock_held (enum pdio_backend backend)
                               .count = 4096, .buf = a, .done = note_done,
                               .opaque = &dw };
   pdio_submit (t, &plain);
+  /* Queued behind the lock (a timing-free check: it is not merely slow). */
+  CHECK (req_waits_remote (&plain),
+         "a write overlapping a held range did not wait for it");
   piece = (struct pdio_req) { .op = PDIO_OP_WRITE, .flags = PDIO_HELD,
                               .offset = 4196, .count = 8000, .buf = b,
                               .done = note_done, .opaque = &dp };
@@ -1031,7 +1034,8 @@ test_lock_held (enum pdio_backend backend)
   CHECK (dp.err == 0, "held write: %s", strerror (-dp.err));
   for (int i = 0; i < 20; i++)
     CHECK (pdio_thread_poll (t, 0, NULL) >= 0, "poll");
-  CHECK (!dw.done, "a write overlapping a held range went before the unlock");
+  CHECK (!dw.done && req_waits_remote (&plain),
+         "a write overlapping a held range went before the unlock");
   pdio_unlock (t, &lock);
   poll_until (t, &dw);
   CHECK (dw.err == 0, "write after the unlock: %s", strerror (-dw.err));
