@@ -25,11 +25,12 @@ struct nbd_cmd;
  * length.  2 MiB is the pool's chunk (each slot is one registered fixed
  * buffer, zero-copy) and the engine's bounce cap (an unaligned request is
  * cut at 2 MiB anyway); at that size a system call per piece costs nothing
- * next to its copy.  Two slots: with four (one 8 MiB pool block per
- * request) 8 MiB reads kept up with the unstreamed path where two lag,
- * but the blocks a mixed load takes spread over the pool and a server
- * running 64 MiB requests peaked at 54 MiB RSS against 23 MiB with two.
- * Requests up to NBD_STREAM_CHUNK take the path they always took.
+ * next to its copy.  Two slots: 8 MiB reads then measured 0.87-0.98x
+ * the unstreamed path on a quiet machine (less on a loaded one, where
+ * four kept up), but with four (an 8 MiB pool block per request) a mixed
+ * load's blocks spread over the pool, and a server running 64 MiB
+ * requests peaked at 54 MiB RSS against 23-32 MiB with two.  Requests up
+ * to NBD_STREAM_CHUNK take the path they always took.
  */
 #define NBD_STREAM_CHUNK ((size_t) 2 << 20)
 #define NBD_STREAM_SLOTS 2
