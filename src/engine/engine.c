@@ -64,9 +64,12 @@ int
 pdio_check_range (const struct pdio_image *img, enum pdio_op op,
                   uint64_t offset, uint64_t count)
 {
-  const bool writes = op == PDIO_OP_WRITE || op == PDIO_OP_ZERO ||
-    op == PDIO_OP_TRIM;
+  bool writes;
 
+  /* A lock is the range of the write that will come in pieces. */
+  if (op == PDIO_OP_LOCK)
+    op = PDIO_OP_WRITE;
+  writes = op == PDIO_OP_WRITE || op == PDIO_OP_ZERO || op == PDIO_OP_TRIM;
   switch (op) {
   case PDIO_OP_READ: case PDIO_OP_WRITE: case PDIO_OP_ZERO:
   case PDIO_OP_TRIM: case PDIO_OP_FLUSH: case PDIO_OP_EXTENTS:

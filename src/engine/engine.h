@@ -106,6 +106,11 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 #define PDIO_MAY_TRIM  2u       /* zero: may deallocate */
 #define PDIO_FAST_ZERO 4u       /* zero: fail with ENOTSUP rather than write */
 #define PDIO_REQ_ONE   8u       /* extents: the first extent only */
+#define PDIO_HELD     16u       /* write: the caller holds a PDIO_OP_LOCK
+                                   request covering it, so it takes no
+                                   range lock of its own; writes in flight
+                                   together must then not share a block
+                                   of the alignment (at most 1 MiB) */
 
 /* ---- per-thread context ------------------------------------------------ */
 
@@ -234,6 +239,8 @@ enum pdio_op {
   PDIO_OP_READ, PDIO_OP_WRITE, PDIO_OP_ZERO, PDIO_OP_TRIM, PDIO_OP_FLUSH,
   PDIO_OP_EXTENTS,              /* data and holes of [offset, offset+count):
                                    req->extent, see below */
+  PDIO_OP_LOCK,                 /* holds the range a write of [offset,
+                                   offset+count) locks: see pdio_unlock */
 };
 
 /* One extent of an EXTENTS request (or of pdio_extents): non-zero stops
@@ -295,6 +302,17 @@ struct pdio_req {
  * start-and-wait wrappers, which poll between requests, always do.
  */
 extern void pdio_submit (struct pdio_thread *t, struct pdio_req *r);
+
+/* A write that arrives in pieces (a front end streaming a large payload)
+ * keeps its whole range locked for its whole life: a PDIO_OP_LOCK request
+ * is checked as a WRITE of its range would be (EPERM, ENOSPC, the file
+ * check) and its done(0) runs once the range is held, queued in FIFO
+ * order like any writer's.  The pieces are then PDIO_OP_WRITEs with
+ * PDIO_HELD, each within the range.  The range stays held, and r (whose
+ * engine state holds it) must stay valid, until pdio_unlock (t, r); not
+ * after a done() with an error, which held nothing.
+ */
+extern void pdio_unlock (struct pdio_thread *t, struct pdio_req *r);
 
 /* The NBD spec's errno rules for a request's range, in one place (also for
  * a front end that must refuse a request before reading its payload):

@@ -19,8 +19,8 @@
 
 /* A connection may hold at most this many requests between reading their
  * header and finishing their reply, and at most this much of its
- * worker's pool (one request of the maximum size always fits): beyond
- * either, it stops reading requests until replies go out.
+ * worker's pool (a request takes at most NBD_CMD_BUF_MAX, however long:
+ * cmd.h): beyond either, it stops reading requests until replies go out.
  */
 #define CONN_MAX_REQUESTS 64
 #define CONN_MAX_POOL_BYTES ((size_t) NBD_MAX_PAYLOAD)

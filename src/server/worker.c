@@ -23,6 +23,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "cmd.h"
 #include "internal.h"
 
 void
@@ -176,12 +177,12 @@ make_thread (struct worker *w)
                 "server needs it (pdio serve --nbdkit does not)");
     err = -ENOSYS;
   }
-  /* A request of the maximum size must always be able to get memory,
-   * or a connection that sends one would wait for it forever.
+  /* The largest command's memory must always be available, or a
+   * connection that sends one would wait for it forever.
    */
-  else if (pdio_buf_max (w->t) < NBD_MAX_PAYLOAD) {
-    worker_log (w, PDIO_LOG_ERROR, "a pool of %zu bytes cannot hold a "
-                "request of %u bytes", w->ctx->pool_bytes, NBD_MAX_PAYLOAD);
+  else if (pdio_buf_max (w->t) < NBD_CMD_BUF_MAX) {
+    worker_log (w, PDIO_LOG_ERROR, "a pool of %zu bytes cannot hold a request's "
+                "%zu bytes", w->ctx->pool_bytes, NBD_CMD_BUF_MAX);
     err = -EINVAL;
   }
   if (err) {
