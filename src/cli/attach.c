@@ -68,7 +68,8 @@ usage (FILE *fp)
   fprintf (fp,
 "Usage: pdio attach [OPTIONS] IMAGE\n"
 "Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
-"it to the first free /dev/nbdN (or --device); prints the device.  A\n"
+"it to a /dev/nbdN the kernel picks, or makes past nbds_max (or --device);\n"
+"prints the device.  One attachment per image, whatever its path.  A\n"
 "supervisor stays behind and restarts the server if it dies.\n"
 "\n"
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
