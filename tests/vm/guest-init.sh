@@ -1664,25 +1664,30 @@ od_pss() {
 od_detach_all() {
     pdio detach --all
     od_nothing_left
+    kept=$(ls -d /sys/block/nbd* | wc -l)
     cached=$(od_fincore_zero "$OD_N")
-    detail "no device, server, supervisor or state left; nbd0..nbd$((OD_NBDS_MAX - 1)) stay, the $((OD_N - OD_NBDS_MAX)) made on demand are gone; fincore: $cached pages of the $OD_N images"
+    detail "no device, server, supervisor or state left; $kept devices stay (the module's), the $((OD_N - OD_NBDS_MAX)) made on demand are gone; fincore: $cached pages of the $OD_N images"
+    [ "$kept" = "$OD_NBDS_MAX" ]
     [ "$cached" = 0 ]
 }
 
-# The same images on loop devices, for comparison: losetup finds or makes
-# a device through /dev/loop-control.
+# The same images on loop devices, for comparison: util-linux's losetup
+# finds or makes a device through /dev/loop-control.  By its path: the
+# guest's busybox sh runs its own applet for a bare "losetup".
 od_losetup() {
+    losetup=/usr/sbin/losetup
+    "$losetup" --version | grep -q util-linux
     : > "$STATE/od.loops"
     t0=$(od_now)
     i=0
     while [ "$i" -lt "$OD_N" ]; do
-        losetup -f --show "$(od_img "$i")" >> "$STATE/od.loops"
+        "$losetup" -f --show "$(od_img "$i")" >> "$STATE/od.loops"
         i=$((i + 1))
     done
     t=$(($(od_now) - t0))
     echo "$((t * 10 / OD_N))" > "$STATE/od.losetup_ms"
     n=$(sort -u "$STATE/od.loops" | wc -l)
-    while read -r l; do losetup -d "$l"; done < "$STATE/od.loops"
+    while read -r l; do "$losetup" -d "$l"; done < "$STATE/od.loops"
     detail "$n loop devices in $(od_secs "$t") s, $(cat "$STATE/od.losetup_ms") ms per losetup -f --show (TCG)"
     [ "$n" = "$OD_N" ]
 }

@@ -28,7 +28,7 @@
 #   --pdio-broken PATH  pdio(1) with its break points compiled in (default:
 #                       the build tree's tests/vm/pdio-broken, which make
 #                       check builds, or make -C tests vm/pdio-broken)
-#   --timeout SEC       hard limit for the whole guest run (default 1200)
+#   --timeout SEC       hard limit for the whole guest run (default 2400)
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
 #   --shell             no tests: boot to a busybox shell on this terminal
@@ -53,7 +53,7 @@ break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
 pdio_broken=""
-timeout=${PDIO_VM_TIMEOUT:-1200}
+timeout=${PDIO_VM_TIMEOUT:-2400}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
 fio_size=${PDIO_VM_FIO_SIZE:-24m}
 files=${PDIO_VM_FILES:-300}
