@@ -340,10 +340,11 @@ link_dead (struct sup *s)
  * the reason to serve it.  Its number may already be another
  * attachment's: the device's files are removed only while the record is
  * still ours, under the run directory's lock (which an attach holds from
- * connecting to writing its record).
+ * connecting to writing its record), waited for up to lock_ms: a detach
+ * that holds it cleans up itself.
  */
 static void __attribute__ ((noreturn))
-device_gone (struct sup *s)
+device_gone (struct sup *s, unsigned lock_ms)
 {
   struct record cur, mine = s->rec;
   int lock;
@@ -355,7 +356,7 @@ device_gone (struct sup *s)
     waitpid (s->rec.server_pid, NULL, WNOHANG);
   }
   image_lock_free (s->rec.image, 2000);
-  lock = state_lock_within (30000);
+  lock = state_lock_within (lock_ms);
   if (lock >= 0 && !nbd_connected (s->idx))
     device_drop_partitions (s->rec.device);
   if (lock == -1 ||
@@ -518,8 +519,9 @@ supervise (const struct record *r, const struct server_opts *so,
            * SIGTERM to what is left in its cgroup: the device is gone
            * then, and so should the rest be.
            */
+          /* Not for long: a detach waits for us holding the lock. */
           if (!device_is_ours (&s.rec))
-            device_gone (&s);
+            device_gone (&s, 2000);
           /* pdio detach, or someone: the device and server stay. */
           say ("signal %d: exiting; %s and its server stay", si.ssi_signo,
                r->device);
@@ -533,6 +535,6 @@ supervise (const struct record *r, const struct server_opts *so,
           link_dead (&s);
     }
     if (!device_is_ours (&s.rec))
-      device_gone (&s);
+      device_gone (&s, 30000);
   }
 }
