@@ -1826,6 +1826,28 @@ od_attach_detach_race() {
     [ "$ok" = "$won" ]
 }
 
+# --device still works: a module's device (it stays after detach) and one
+# past nbds_max that the kernel makes for it (destroyed on detach).
+od_device() {
+    d1=$(pdio attach --device /dev/nbd1 "$(od_img 1)")
+    d2=$(pdio attach --device /dev/nbd40 "$(od_img 2)")
+    [ "$d1" = /dev/nbd1 ]
+    [ "$d2" = /dev/nbd40 ]
+    fe_connected 1
+    fe_connected 40
+    [ "$(od_field "$d2" on_demand)" = 1 ]
+    [ "$(od_field "$d1" on_demand)" = 0 ]
+    rc=0; pdio attach --device /dev/nbd1 "$(od_img 3)" 2> "$STATE/od.e" || rc=$?
+    cat "$STATE/od.e"
+    [ "$rc" = 1 ]
+    grep -qF "pdio attach: /dev/nbd1: is in use: $(od_img 1) is attached to it" "$STATE/od.e"
+    pdio detach /dev/nbd1
+    pdio detach "$(od_img 2)"
+    od_nothing_left
+    [ -e /sys/block/nbd1 ]
+    detail "$d1 (the module's) and $d2 (made for it) attached; a second attach of $d1 refused naming its image; after detach nbd1 stays, nbd40 is gone"
+}
+
 od_restore() {
     fe_nothing_left
     rmmod nbd
@@ -1848,6 +1870,7 @@ scenario_ondemand() {
     step "ondemand: $OD_PAR pdio detach at once: all succeed, nothing left, fincore 0" od_concurrent_detach
     step "ondemand: $OD_RACE attaches of one image at once: one wins, the others name its device and pid" od_one_image
     step "ondemand: attaches racing a detach: every attach whole, then nothing left" od_attach_detach_race
+    step "ondemand: --device: a module's device stays after detach, one the kernel made for it goes" od_device
     step "ondemand: nbd reloaded as at boot" od_restore
     # The figures together (TCG: compare within the run).
     if [ -f "$STATE/od.attach_ms" ] && [ -f "$STATE/od.losetup_ms" ]; then
