@@ -568,8 +568,10 @@ attach_forked (const struct attach_opts *o, struct attach *a)
       _exit (EXIT_FAILED);
     r = attach_claimed (o, a);
     fflush (NULL);
-    if (r != EXIT_OK)
+    if (r != EXIT_OK) {
+      claim_drop (a->claim, a->rec.name);     /* if undo() has not */
       _exit (r);
+    }
     {
       const struct server_opts so =
         record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
