@@ -1489,9 +1489,10 @@ scenario_systemd() {
 # per pdio attach, and losetup -f --show's in the same guest.
 #
 # Shown to fail with run.sh --break (tests/vm/breaks.c):
-#   attach-no-lock    no claim on the image: the losers of the one-image
-#                     race are refused by the server's image lock or the
-#                     record instead, without the winner's device and pid
+#   attach-no-lock    no claim on the image: the one-image race fails (seen:
+#                     none of the 8 won, as the losers' cleanup removed
+#                     the server files all of them had named after the
+#                     image; otherwise losers would not name the winner)
 #   no-destroy-flag   devices made on demand are not destroyed on detach:
 #                     every "nothing left" step fails (nbd2... remain)
 OD_DIR=/scratch/od
