@@ -48,7 +48,6 @@ static const char *
 status_of (const struct record *r)
 {
   static char buf[sizeof r->reason + 32];
-  int idx = nbd_index (r->device);
   bool supervised = pid_is_supervisor (r->supervisor_pid);
 
   if (r->gave_up) {
@@ -57,7 +56,7 @@ status_of (const struct record *r)
   }
   if (!pid_alive (r->server_pid) || !pid_is_server (r->server_pid))
     return supervised ? "restarting" : "server gone";
-  if (!device_connected (idx))
+  if (!device_is_ours (r))
     return "disconnected";
   return supervised ? "ok" : "ok, unsupervised";
 }

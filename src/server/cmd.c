@@ -199,7 +199,7 @@ piece_log (const struct stream_slot *sl, int err)
   const struct nbd_cmd *cmd = sl->cmd;
   const struct nbd_request *r = &cmd->nbd;
 
-  worker_log (cmd->w, LOG_ERROR, "%s: %" PRIu32 " bytes at %" PRIu64
+  worker_log (cmd->w, PDIO_LOG_ERROR, "%s: %" PRIu32 " bytes at %" PRIu64
               " (of %" PRIu32 " at %" PRIu64 "): %s",
               r->type == NBD_CMD_READ ? "pread" : "pwrite", sl->len,
               r->offset + sl->pos, r->count, r->offset, strerror (-err));
@@ -311,7 +311,7 @@ on_locked (struct pdio_req *er, int err)
 
   st->lock_pending = false;
   if (err) {
-    worker_log (cmd->w, LOG_ERROR, "pwrite: %" PRIu32 " bytes at %" PRIu64
+    worker_log (cmd->w, PDIO_LOG_ERROR, "pwrite: %" PRIu32 " bytes at %" PRIu64
                 ": %s", cmd->nbd.count, cmd->nbd.offset, strerror (-err));
     st->err = err;
   }
