@@ -669,7 +669,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_LOCK:
     if (r->count == 0)
       break;
-    err = engine_check_file (img, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, r->offset + r->count);
     if (err)
       break;
     lock_then (rs, r->offset, r->count, lock_held);
