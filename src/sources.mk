@@ -31,8 +31,9 @@ PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
 SERVER_HANDSHAKE_C = %reldir%/server/handshake.c
 SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
-	%reldir%/server/server.c
+	%reldir%/server/server.c %reldir%/server/tls.c
 SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
+	%reldir%/server/tls.h \
 	%reldir%/server/internal.h %reldir%/server/cmd.h
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 

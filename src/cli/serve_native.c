@@ -59,6 +59,8 @@ struct announce {
   const struct native_serve *o;
   struct pdio_info info;
   int ready_fd;                 /* daemon: tell the first process */
+  char tls_how[PATH_MAX + 64];  /* what a TLS client needs; "" without */
+  const char *tls_how_p;
 };
 
 static void
@@ -86,8 +88,8 @@ ready (void *opaque)
           a->info.readonly ? "read-only" : "read-write", a->info.block_min,
           a->info.block_preferred, a->info.block_max,
           a->info.backend == PDIO_BACKEND_PSYNC ? "psync" : "io_uring");
-  print_uri_and_attach (o->socket, o->port, a->info.block_preferred,
-                        a->info.readonly);
+  print_uri_and_attach (o->socket, o->bind, o->port, a->tls_how_p,
+                        a->info.block_preferred, a->info.readonly);
 }
 
 /* Daemon mode: fork; the first process waits for "ready" (or for the
@@ -142,6 +144,7 @@ serve_native (const struct native_serve *o)
   struct announce a = { .o = o, .ready_fd = -1 };
   char description[PATH_MAX + 16], base[PATH_MAX];
   struct pdio_image *img;
+  struct pdio_tls *tls = NULL;
   sigset_t sigs;
   int fd, r;
 
@@ -158,13 +161,42 @@ serve_native (const struct native_serve *o)
   if (o->exit_with_parent)
     prctl (PR_SET_PDEATHSIG, SIGTERM);
 
-  if (pdio_open (&cfg, &img) < 0)
+  /* Bad credentials are found before anything is opened or listened on. */
+  if (o->tls.mode != PDIO_TLS_OFF) {
+    if (pdio_tls_new (&o->tls, &log, &tls) < 0)
+      return EXIT_FAILED;
+    snprintf (a.tls_how, sizeof a.tls_how, "%s %s%s", o->tls.certificates
+              ? "x509, certificates in" : "PSK, keys in", o->tls.certificates
+              ? o->tls.certificates : o->tls.psk_file,
+              o->tls.mode == PDIO_TLS_ON ? " (plain clients served too)" : "");
+    a.tls_how_p = a.tls_how;
+  }
+  if (pdio_open (&cfg, &img) < 0) {
+    pdio_tls_free (tls);
     return EXIT_FAILED;         /* the engine said why */
+  }
   pdio_get_info (img, &a.info);
-  fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
-                 : pdio_server_listen_tcp (o->port, &log);
+  fd = o->socket ? pdio_server_listen_unix (o->socket, o->socket_mode,
+                                            o->socket_gid, &log)
+                 : pdio_server_listen_tcp (o->bind, o->port, &log);
+  if (fd >= 0 && o->port && !pdio_server_is_loopback (fd) &&
+      o->tls.mode == PDIO_TLS_OFF) {
+    if (o->plain_beyond_loopback)
+      warnf (CMD ": warning: serving %s in plain text, without "
+             "authentication, on %s port %s: whoever reaches it can read "
+             "and overwrite the whole image", o->image, o->bind, o->port);
+    else {
+      errorf (CMD ": --bind %s is beyond loopback: serve with TLS "
+              "(--tls-certificates DIR or --tls-psk FILE), or add --tls=off "
+              "to serve the image to whoever reaches it, in plain text",
+              o->bind);
+      close (fd);
+      fd = -1;
+    }
+  }
   if (fd < 0) {
     pdio_close (img);
+    pdio_tls_free (tls);
     return EXIT_FAILED;
   }
   if (o->pidfile)
@@ -174,7 +206,8 @@ serve_native (const struct native_serve *o)
   snprintf (description, sizeof description, "pdio: %s", basename (base));
   r = pdio_server_run (&(struct pdio_server_config) {
       .img = img, .threads = o->threads, .description = description,
-      .log = log,
+      .log = log, .max_connections = o->max_connections,
+      .handshake_secs = o->handshake_secs, .tls = tls,
     }, fd, &sigs, ready, &a);
   if (o->socket)
     unlink (o->socket);
@@ -189,5 +222,6 @@ serve_native (const struct native_serve *o)
     fprintf (stderr, CMD ": stats: %s\n", buf);
   }
   pdio_close (img);
+  pdio_tls_free (tls);
   return r == 0 ? EXIT_OK : EXIT_FAILED;
 }

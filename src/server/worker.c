@@ -221,8 +221,10 @@ refuse_all (struct worker *w)
     bool stop;
 
     pthread_mutex_lock (&w->lock);
-    for (size_t i = 0; i < w->n_incoming; i++)
+    for (size_t i = 0; i < w->n_incoming; i++) {
       close (w->incoming[i]);
+      server_conn_closed (w->ctx);
+    }
     w->n_incoming = 0;
     stop = w->stop_requested;
     pthread_mutex_unlock (&w->lock);
@@ -355,6 +357,7 @@ worker_hand_over (struct worker *w, int fd)
     if (p == NULL) {
       pthread_mutex_unlock (&w->lock);
       close (fd);
+      server_conn_closed (w->ctx);
       return;
     }
     w->incoming = p;
@@ -378,8 +381,10 @@ void
 worker_join (struct worker *w)
 {
   pthread_join (w->thread, NULL);
-  for (size_t i = 0; i < w->n_incoming; i++)
+  for (size_t i = 0; i < w->n_incoming; i++) {
     close (w->incoming[i]);
+    server_conn_closed (w->ctx);
+  }
   free (w->incoming);
   free (w->discard);
   close (w->event_fd);

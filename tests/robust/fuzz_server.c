@@ -215,7 +215,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   data += 2;
   size -= 2;
 
-  nbd_hs_init (&h, &e);
+  nbd_hs_init (&h, &e, PDIO_TLS_OFF);
   for (;;) {
     void *buf;
     size_t len, n;
