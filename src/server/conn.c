@@ -604,7 +604,7 @@ on_tls_handshake (void *opaque, const char *why)
     return;
   }
   if (why) {
-    worker_log (c->w, PDIO_LOG_WARNING, "connection %d: TLS: %s", c->fd, why);
+    worker_log (c->w, PDIO_LOG_WARNING, "connection %d: %s", c->fd, why);
     conn_abort (c, why);
     return;
   }

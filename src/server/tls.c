@@ -22,6 +22,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,7 @@ struct tls_conn {
   int rx_iovcnt;
   bool rx_waitall;
   size_t rx_got;
+  int rx_result;                /* what the NOP delivers */
 
   uint8_t *out;
   size_t out_cap, out_len, out_sent;
@@ -573,8 +575,13 @@ handshake_step (struct tls_conn *tc)
 }
 
 /* --- receiving ------------------------------------------------------------------ */
+/* rx_fill's answer when the receive waits for the socket: no byte count
+ * or -errno can be it.
+ */
+#define RX_WAITING INT_MIN
+
 /* Decrypts into the connection's receive as far as it goes: its result
- * (bytes, 0, -errno), or 1 if it waits for the socket (queued).
+ * (bytes, 0, -errno), or RX_WAITING with a socket receive queued.
  */
 static int
 rx_fill (struct tls_conn *tc)
@@ -603,7 +610,7 @@ rx_fill (struct tls_conn *tc)
         return tc->rx_got;
       if (tc->in_end_res <= 0)  /* the socket is done: partial or end */
         return tc->rx_got ? (int) tc->rx_got : tc->in_end_res;
-      return queue_sock_recv (tc) ? 1 : -ENOMEM;
+      return queue_sock_recv (tc) ? RX_WAITING : -ENOMEM;
     }
     if (gt.gnutls_error_is_fatal (r) || r == GNUTLS_E_REHANDSHAKE)
       return tc->rx_got ? (int) tc->rx_got
@@ -627,7 +634,7 @@ rx_step (struct tls_conn *tc)
     return;
   }
   r = rx_fill (tc);
-  if (r == 1)
+  if (r == RX_WAITING)
     return;
   /* What a record-layer read made GnuTLS want to say (a key update). */
   queue_sock_send (tc);
@@ -661,11 +668,13 @@ static void
 on_rx_nop (struct pdio_completion *pc, int res, uint32_t flags)
 {
   struct tls_conn *tc = container_of (pc, struct tls_conn, rx_nop_c);
+  struct pdio_completion *done = tc->rx_done;
 
   (void) res;
   (void) flags;
   tc->rx_nop_pending = false;
-  rx_step (tc);
+  tc->rx_done = NULL;
+  done->fn (done, tc->rx_result, 0);
 }
 
 bool
@@ -678,11 +687,15 @@ tls_conn_recv (struct tls_conn *tc, const struct iovec *iov, int iovcnt,
     tc->rx_iov[i] = iov[i];
   tc->rx_waitall = waitall;
   tc->rx_got = 0;
-  /* Plaintext or ciphertext already here: answered from a NOP. */
-  if (gt.gnutls_record_check_pending (tc->s) || tc->in_end > tc->in_start ||
-      tc->in_end_res <= 0)
-    return queue_nop (tc, &tc->rx_nop_c, &tc->rx_nop_pending);
-  return queue_sock_recv (tc);
+  /* GnuTLS may hold whole records it read ahead, which neither in nor
+   * gnutls_record_check_pending shows: ask it first.  What it answers at
+   * once is delivered from a NOP's completion.
+   */
+  tc->rx_result = rx_fill (tc);
+  if (tc->rx_result == RX_WAITING)
+    return true;
+  queue_sock_send (tc);
+  return queue_nop (tc, &tc->rx_nop_c, &tc->rx_nop_pending);
 }
 
 void *
