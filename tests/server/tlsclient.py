@@ -21,11 +21,15 @@ on purpose against a server with TLS.
       N connections of the TLS kinds of abuse, picked by the seed: STARTTLS
       then a hang-up; STARTTLS then garbage instead of a TLS record; a
       ClientHello cut short; a handshake abandoned after the ClientHello; a
-      TLS record cut short after the handshake; a downgrade attempt (GO in
-      plain text, which must be refused, then STARTTLS and a normal
-      session); plain-text options after STARTTLS's ACK.  Each costs only
+      TLS record cut short after the handshake; a downgrade attempt (INFO
+      in plain text, refused with --tls=require, then STARTTLS and a
+      normal session); plain-text options after STARTTLS's ACK.  Each costs only
       its own connection: the caller checks that the server keeps serving.
       Prints a count per kind; exit 0, or 1 on a wrong reply.
+
+  tlsclient.py plain-hostile PORT N SEED
+      rawclient.py hostile's plain-text abuses, over TCP, against a server
+      with --tls=on (all but its STARTTLS one, which wants TLS off).
 """
 import os
 import random
@@ -286,10 +290,16 @@ def record_cut_short(port, certdir, rnd):
 def downgrade(port, certdir, rnd):
     s = connect(port)
     greeting(s)
-    option(s, OPT_GO, go_data(b"", (3,)))
-    opt, typ, _ = option_reply(s)
-    if typ != REP_ERR_TLS_REQD:
-        raise SystemExit("downgrade: GO in plain text got reply type 0x%x" % typ)
+    # INFO in plain text first: with --tls=require refused, with --tls=on
+    # answered; either way STARTTLS then starts a clean TLS session.
+    option(s, OPT_INFO, go_data(b"", (3,)))
+    while True:
+        opt, typ, _ = option_reply(s)
+        if typ in (REP_ERR_TLS_REQD, REP_ACK):
+            break
+        if typ != REP_INFO:
+            raise SystemExit("downgrade: INFO in plain text got reply type 0x%x"
+                             % typ)
     starttls(s)
     t = tls_context(certdir).wrap_socket(s, server_hostname="localhost")
     go(t)
@@ -347,11 +357,28 @@ def hostile(port, certdir, n, seed):
     print("%d hostile TLS connections" % n)
 
 
+def plain_hostile(port, n, seed):
+    """rawclient.py's abuses, over TCP to a server with --tls=on (all but
+    its STARTTLS one, which expects TLS to be off)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "rawclient.py")
+    with open(path) as f:
+        src = f.read()
+    # Its definitions without its last line, the call of its main().
+    raw = {"__name__": "rawclient"}
+    exec(compile(src[:src.rindex("\nmain()")], path, "exec"), raw)
+    raw["connect"] = lambda _path, timeout=20: connect(port, timeout)
+    raw["ABUSES"] = [a for a in raw["ABUSES"] if a.__name__ != "starttls"]
+    raw["hostile"](None, n, seed)
+
+
 def main():
     if sys.argv[1] == "required":
         required(int(sys.argv[2]))
     elif sys.argv[1] == "x509":
         x509(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "plain-hostile":
+        plain_hostile(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "hostile":
         hostile(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
                 int(sys.argv[5]))
