@@ -34,7 +34,8 @@
  *     block status reply never describes more than the request;
  *   - TLS: with TLS required, before STARTTLS every reply is
  *     NBD_REP_ERR_TLS_REQD, but ABORT's ACK and STARTTLS's own answer
- *     (ACK, or INVALID if it carried data): nothing of the export is
+ *     (ACK, or INVALID if it carried data; either gets TOO_BIG if too
+ *     long to keep): nothing of the export is
  *     said, transmission never starts and EXPORT_NAME hangs up; with TLS
  *     off, STARTTLS is never accepted; STARTTLS is accepted at most once,
  *     and what was negotiated before it (structured replies, the meta
@@ -79,10 +80,12 @@ check_pre_tls_replies (const uint8_t *p, size_t len, uint32_t option)
   while (len >= NBD_OPTION_REPLY_LEN) {
     uint32_t type = nbd_get32 (p + 12), n = nbd_get32 (p + 16);
 
+    /* Either, sent too long to keep, is refused as such. */
     if (option == NBD_OPT_ABORT)
-      CHECK (type == NBD_REP_ACK);
+      CHECK (type == NBD_REP_ACK || type == NBD_REP_ERR_TOO_BIG);
     else if (option == NBD_OPT_STARTTLS)
-      CHECK (type == NBD_REP_ACK || type == NBD_REP_ERR_INVALID);
+      CHECK (type == NBD_REP_ACK || type == NBD_REP_ERR_INVALID ||
+             type == NBD_REP_ERR_TOO_BIG);
     else
       CHECK (type == NBD_REP_ERR_TLS_REQD);
     p += NBD_OPTION_REPLY_LEN + n;
