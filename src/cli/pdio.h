@@ -330,6 +330,10 @@ struct native_serve {
   unsigned threads;             /* 0: one per CPU */
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
   bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+  const char *handover;         /* listen there for a successor, or NULL */
+  const char *take_over;        /* take over from the server listening
+                                   for a successor there (its listening
+                                   sockets and connections), or NULL */
 };
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);

@@ -3,6 +3,14 @@
  * or SIGHUP, after which the requests in flight are finished and answered
  * and pdio exits 0.
  *
+ * With --handover-socket it also listens there for a successor (pdio
+ * restart): when one says hello, the server finishes what it started,
+ * closes the image -- which releases its lock for the successor -- and
+ * sends its listening sockets and live connections (handover.h), then
+ * exits 0 once the successor has them, leaving the socket paths and pid
+ * file to it.  With --take-over it is that successor: it receives them
+ * before it opens the image, and serves them as its own.
+ *
  * With --pidfile (what pdio attach uses) it becomes a daemon the way
  * nbdkit -P does: the first process opens the image and listens, so that
  * its exit status says whether serving works; the daemon it forks writes
@@ -20,11 +28,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine.h"
+#include "handover.h"
 #include "pdio.h"
 #include "server.h"
 
@@ -59,6 +71,8 @@ struct announce {
   const struct native_serve *o;
   struct pdio_info info;
   int ready_fd;                 /* daemon: tell the first process */
+  struct handover *taken;       /* --take-over: tell the old server */
+  size_t taken_n;
 };
 
 static void
@@ -67,6 +81,13 @@ ready (void *opaque)
   struct announce *a = opaque;
   const struct native_serve *o = a->o;
 
+  if (a->taken && a->taken->sock >= 0) {
+    const struct pdio_log log = { .error = log_error };
+
+    fprintf (stderr, CMD ": took over %zu connections from pid %d\n",
+             a->taken_n, (int) a->taken->peer);
+    handover_ack (a->taken, &log);
+  }
   if (o->pidfile) {
     FILE *fp = fopen (o->pidfile, "we");
 
@@ -123,6 +144,39 @@ daemonize (int *ready_fd)
   return true;
 }
 
+/* The listening socket taken over is the one --socket names. */
+static bool
+same_socket (int fd, const char *path)
+{
+  struct sockaddr_un sa;
+  socklen_t len = sizeof sa;
+
+  if (getsockname (fd, (struct sockaddr *) &sa, &len) == -1 ||
+      sa.sun_family != AF_UNIX)
+    return false;
+  return len > offsetof (struct sockaddr_un, sun_path) &&
+    strncmp (sa.sun_path, path, sizeof sa.sun_path) == 0;
+}
+
+/* Hands the connections over (pdio_server_run returned them) once the
+ * image is closed: true if the successor has them.
+ */
+static bool
+hand_over (struct handover *ho, const struct pdio_log *log)
+{
+  size_t n = ho->n;
+  bool ok = handover_send (ho, log) == 0 && handover_wait_ack (ho, log);
+
+  if (ok)
+    fprintf (stderr, CMD ": handed %zu connections over to pid %d\n", n,
+             (int) ho->peer);
+  else
+    errorf (CMD ": the hand-over to pid %d failed: its %zu connections are "
+            "closed", (int) ho->peer, n);
+  handover_free (ho);
+  return ok;
+}
+
 int
 serve_native (const struct native_serve *o)
 {
@@ -141,9 +195,10 @@ serve_native (const struct native_serve *o)
   };
   struct announce a = { .o = o, .ready_fd = -1 };
   char description[PATH_MAX + 16], base[PATH_MAX];
+  struct handover taken, handed;
   struct pdio_image *img;
   sigset_t sigs;
-  int fd, r;
+  int fd = -1, hfd = -1, r;
 
   /* Blocked before any thread starts, so every thread inherits it and
    * the signals queue for the server's signalfd.
@@ -158,11 +213,46 @@ serve_native (const struct native_serve *o)
   if (o->exit_with_parent)
     prctl (PR_SET_PDEATHSIG, SIGTERM);
 
-  if (pdio_open (&cfg, &img) < 0)
-    return EXIT_FAILED;         /* the engine said why */
+  handover_init (&taken);
+  handover_init (&handed);
+  if (o->take_over) {
+    /* First: the old server lets go of the image only once it hands
+     * over.  Until we serve them, the connections' requests wait in
+     * their sockets.
+     */
+    if (handover_receive (o->take_over, &taken, &log) < 0) {
+      errorf (CMD ": cannot take over from the server on %s", o->take_over);
+      return EXIT_FAILED;
+    }
+    if (o->socket && !same_socket (taken.nbd_listen_fd, o->socket)) {
+      errorf (CMD ": --take-over %s: the old server does not listen on %s",
+              o->take_over, o->socket);
+      handover_free (&taken);
+      return EXIT_FAILED;
+    }
+    fd = taken.nbd_listen_fd;
+    hfd = taken.handover_listen_fd;
+    taken.nbd_listen_fd = taken.handover_listen_fd = -1;
+    a.taken = &taken;
+    a.taken_n = taken.n;
+  }
+  if (pdio_open (&cfg, &img) < 0) {
+    if (o->take_over)
+      errorf (CMD ": the %zu connections taken over from pid %d are lost",
+              taken.n, (int) taken.peer);
+    handover_free (&taken);     /* the engine said why */
+    return EXIT_FAILED;
+  }
   pdio_get_info (img, &a.info);
-  fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
-                 : pdio_server_listen_tcp (o->port, &log);
+  if (!o->take_over) {
+    fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
+                   : pdio_server_listen_tcp (o->port, &log);
+    if (fd >= 0 && o->handover &&
+        (hfd = handover_listen (o->handover, &log)) < 0) {
+      close (fd);
+      fd = -1;
+    }
+  }
   if (fd < 0) {
     pdio_close (img);
     return EXIT_FAILED;
@@ -174,12 +264,19 @@ serve_native (const struct native_serve *o)
   snprintf (description, sizeof description, "pdio: %s", basename (base));
   r = pdio_server_run (&(struct pdio_server_config) {
       .img = img, .threads = o->threads, .description = description,
-      .log = log,
-    }, fd, &sigs, ready, &a);
-  if (o->socket)
-    unlink (o->socket);
-  if (o->pidfile)
-    unlink (o->pidfile);
+      .log = log, .handover_fd = hfd, .adopt = o->take_over ? &taken : NULL,
+    }, fd, &sigs, ready, &a, &handed);
+  handover_free (&taken);       /* whatever the workers did not take */
+  if (r != PDIO_SERVER_HANDED_OVER) {
+    if (o->socket)
+      unlink (o->socket);
+    if (hfd >= 0) {
+      close (hfd);
+      unlink (o->handover);
+    }
+    if (o->pidfile)
+      unlink (o->pidfile);
+  }
   {
     struct pdio_stats st;
     char buf[512];
@@ -188,6 +285,9 @@ serve_native (const struct native_serve *o)
     pdio_format_stats (&st, buf, sizeof buf);
     fprintf (stderr, CMD ": stats: %s\n", buf);
   }
+  /* The successor opens the image once we let go of it. */
   pdio_close (img);
+  if (r == PDIO_SERVER_HANDED_OVER)
+    return hand_over (&handed, &log) ? EXIT_OK : EXIT_FAILED;
   return r == 0 ? EXIT_OK : EXIT_FAILED;
 }

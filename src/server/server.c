@@ -1,12 +1,17 @@
 /* The server as a whole: the listening socket, the workers, the accept
  * loop that hands each new connection to the next worker in turn, and
- * the orderly stop on a signal (stop accepting, let every worker finish
- * the requests it has, join them).
+ * the two ends: the orderly stop on a signal (stop accepting, let every
+ * worker finish the requests it has, join them), and the hand-over to a
+ * successor that connected to the hand-over socket (stop accepting, let
+ * every worker finish what it started and give up its connections, join
+ * them, and return them for handover_send).  A server that takes over
+ * starts with its predecessor's connections spread over its workers.
  */
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -108,31 +113,40 @@ pdio_server_listen_tcp (const char *port, const struct pdio_log *log)
   return fd;
 }
 
-/* Accepts until a stop signal; false if the signals cannot be waited on. */
-static void
-accept_loop (const struct server_ctx *ctx, int listen_fd, int sig_fd,
-             struct worker *workers, unsigned n)
+/* Accepts until a stop signal (-1) or a successor's hello on handover_fd
+ * (its socket).
+ */
+static int
+accept_loop (const struct server_ctx *ctx, int listen_fd, int handover_fd,
+             int sig_fd, struct worker *workers, unsigned n, pid_t *peer)
 {
   unsigned next = 0;
 
   for (;;) {
-    struct pollfd p[2] = {
+    struct pollfd p[3] = {
       { .fd = sig_fd, .events = POLLIN }, { .fd = listen_fd, .events = POLLIN },
+      { .fd = handover_fd, .events = POLLIN },
     };
     int fd;
 
-    if (poll (p, 2, -1) == -1) {
+    if (poll (p, 3, -1) == -1) {
       if (errno == EINTR)
         continue;
       pdio_log_msg (ctx->log.error, "poll: %s: stopping", strerror (errno));
-      return;
+      return -1;
     }
     if (p[0].revents) {
       struct signalfd_siginfo si;
 
       if (read (sig_fd, &si, sizeof si) == sizeof si)
         pdio_log_msg (ctx->log.debug, "signal %u: stopping", si.ssi_signo);
-      return;
+      return -1;
+    }
+    if (p[2].revents) {
+      /* Blocks for the hello, bounded: a successor sends it at once. */
+      fd = handover_accept (handover_fd, &ctx->log, peer);
+      if (fd >= 0)
+        return fd;
     }
     if (!p[1].revents)
       continue;
@@ -159,17 +173,59 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int sig_fd,
   }
 }
 
+/* The predecessor's connections must be ones this server can serve: the
+ * same export, with the flags they negotiated.
+ */
+static bool
+can_adopt (const struct server_ctx *ctx, const struct handover *ho)
+{
+  for (size_t i = 0; i < ho->n; i++) {
+    const struct nbd_session *s = &ho->conns[i].s;
+    uint16_t eflags = nbd_export_flags (&ctx->export, s->structured);
+
+    if (s->size != ctx->export.size || s->eflags != eflags ||
+        s->block_max > ctx->export.block_max ||
+        (s->meta_base_allocation && !ctx->can_extents)) {
+      pdio_log_msg (ctx->log.error, "cannot take over: a connection "
+                    "negotiated %" PRIu64 " bytes, flags 0x%x, blocks up to "
+                    "%u%s; this server offers %" PRIu64 " bytes, flags 0x%x, "
+                    "blocks up to %u%s", s->size, s->eflags, s->block_max,
+                    s->meta_base_allocation ? ", base:allocation" : "",
+                    ctx->export.size, eflags, ctx->export.block_max,
+                    ctx->can_extents ? "" : ", no extents");
+      return false;
+    }
+  }
+  return true;
+}
+
+/* Joins the workers after a hand-over, gathering what they gave up. */
+static void
+gather (struct worker *workers, unsigned n, struct handover *out)
+{
+  for (unsigned i = 0; i < n; i++) {
+    struct handover *h = &workers[i].handed;
+
+    worker_join (&workers[i]);
+    for (size_t j = 0; j < h->n; j++)
+      if (handover_add (out, &h->conns[j]))
+        h->conns[j] = (struct handover_conn) { .fd = -1 };
+    handover_free (h);          /* closes what could not be kept */
+  }
+}
+
 int
 pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
                  const sigset_t *stop_signals, void (*ready) (void *opaque),
-                 void *opaque)
+                 void *opaque, struct handover *handed)
 {
   struct server_ctx ctx = { .img = cfg->img, .log = cfg->log,
                             .pool_bytes = cfg->pool_bytes };
   struct pdio_info info;
   struct worker *workers;
   unsigned n = cfg->threads;
-  int sig_fd, err = 0;
+  int sig_fd, succ, err = 0;
+  pid_t peer = 0;
 
   pdio_get_info (cfg->img, &info);
   ctx.export = (struct nbd_export) {
@@ -185,6 +241,8 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
 
     n = cpus > 0 ? cpus : 1;
   }
+  if (cfg->adopt && !can_adopt (&ctx, cfg->adopt))
+    return -EINVAL;
   sig_fd = signalfd (-1, stop_signals, SFD_CLOEXEC);
   if (sig_fd == -1) {
     err = -errno;
@@ -211,10 +269,37 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     }
   }
   pdio_log_msg (cfg->log.debug, "serving with %u worker threads", n);
+  if (cfg->adopt) {
+    pdio_log_msg (cfg->log.debug, "taking over %zu connections from pid %d",
+                  cfg->adopt->n, (int) cfg->adopt->peer);
+    for (size_t i = 0; i < cfg->adopt->n; i++)
+      worker_adopt (&workers[i % n], &cfg->adopt->conns[i]);
+    cfg->adopt->n = 0;          /* the workers own them now */
+  }
   if (ready)
     ready (opaque);
 
-  accept_loop (&ctx, listen_fd, sig_fd, workers, n);
+  succ = accept_loop (&ctx, listen_fd, cfg->handover_fd, sig_fd, workers,
+                      n, &peer);
+  if (succ >= 0) {
+    /* The successor takes the listening sockets as they are: new clients
+     * wait in their backlog meanwhile.
+     */
+    pdio_log_msg (cfg->log.debug, "handing over to pid %d", (int) peer);
+    for (unsigned i = 0; i < n; i++)
+      worker_request_hand_over (&workers[i]);
+    handover_init (handed);
+    gather (workers, n, handed);
+    handed->sock = succ;
+    handed->peer = peer;
+    handed->nbd_listen_fd = listen_fd;
+    handed->handover_listen_fd = cfg->handover_fd;
+    handed->size = ctx.export.size;
+    handed->readonly = ctx.export.readonly;
+    free (workers);
+    close (sig_fd);
+    return PDIO_SERVER_HANDED_OVER;
+  }
 
   /* Refuse new connections at once, then let the workers drain. */
   close (listen_fd);

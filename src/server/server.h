@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "engine.h"
+#include "handover.h"
 
 struct pdio_server_config {
   struct pdio_image *img;       /* opened by the caller, closed by it */
@@ -20,6 +21,11 @@ struct pdio_server_config {
   size_t pool_bytes;            /* each worker's buffer pool; 0: default */
   const char *description;      /* NBD_INFO_DESCRIPTION, or NULL */
   struct pdio_log log;          /* error, warning, debug: any may be NULL */
+  int handover_fd;              /* listening for a successor (handover_listen),
+                                   or -1 */
+  struct handover *adopt;       /* connections taken over from a predecessor
+                                   (handover_receive), or NULL: the workers
+                                   take them */
 };
 
 /* A listening socket: a unix socket at path (a stale socket file there is
@@ -34,11 +40,23 @@ extern int pdio_server_listen_tcp (const char *port,
 /* Serves on listen_fd until one of stop_signals arrives (the caller
  * blocks them in every thread first, so they queue for this call): then
  * it stops accepting and reading requests, finishes and answers every
- * request in flight, closes the connections and returns 0.  -errno if the
- * workers could not start.  ready(), if set, runs once the workers are up.
+ * request in flight, closes the connections and returns 0.
+ *
+ * Or until a successor says hello on cfg->handover_fd: then it stops
+ * reading requests, answers every request it started, and returns
+ * PDIO_SERVER_HANDED_OVER with *handed holding the successor's socket,
+ * both listening sockets (listen_fd and cfg->handover_fd, no longer the
+ * caller's) and the connections, for handover_send once the image is
+ * closed.
+ *
+ * -errno if the workers could not start, or cfg->adopt holds connections
+ * this export cannot serve.  ready(), if set, runs once the workers are
+ * up (and have the connections taken over).
  */
+#define PDIO_SERVER_HANDED_OVER 1
 extern int pdio_server_run (const struct pdio_server_config *cfg,
                             int listen_fd, const sigset_t *stop_signals,
-                            void (*ready) (void *opaque), void *opaque);
+                            void (*ready) (void *opaque), void *opaque,
+                            struct handover *handed);
 
 #endif /* PDIO_SERVER_SERVER_H */

@@ -66,12 +66,21 @@ arm_event (struct worker *w)
 }
 
 static void
-begin_stop (struct worker *w)
+begin_stop (struct worker *w, bool hand_over)
 {
   w->stopping = true;
-  worker_log (w, LOG_DEBUG, "worker %u: stopping, %u connections to finish",
-              w->id, w->conns.n);
-  conn_list_stop_all (w);
+  worker_log (w, LOG_DEBUG, "worker %u: %s, %u connections to finish",
+              w->id, hand_over ? "handing over" : "stopping", w->conns.n);
+  if (hand_over)
+    conn_list_hand_over_all (w);
+  else
+    conn_list_stop_all (w);
+}
+
+bool
+worker_handed (struct worker *w, const struct handover_conn *c)
+{
+  return handover_add (&w->handed, c);
 }
 
 /* New connections, or the stop request, from the accept thread. */
@@ -79,9 +88,10 @@ static void
 on_event (struct pdio_completion *pc, int res, uint32_t flags)
 {
   struct worker *w = container_of (pc, struct worker, event_c);
+  struct handover adopt;
   int *fds;
   size_t n;
-  bool stop;
+  bool stop, hand_over;
 
   (void) flags;
   if (res < 0 && res != -EINTR && res != -EAGAIN)
@@ -92,18 +102,25 @@ on_event (struct pdio_completion *pc, int res, uint32_t flags)
   n = w->n_incoming;
   w->incoming = NULL;
   w->n_incoming = w->cap_incoming = 0;
+  adopt = w->adopt;
+  handover_init (&w->adopt);
   stop = w->stop_requested;
+  hand_over = w->hand_over_requested;
   pthread_mutex_unlock (&w->lock);
 
+  for (size_t i = 0; i < adopt.n; i++)
+    conn_adopt (w, &adopt.conns[i]);
+  adopt.n = 0;                  /* the connections own them now */
+  handover_free (&adopt);
   for (size_t i = 0; i < n; i++)
     conn_new (w, fds[i]);
   free (fds);
   if (stop)
-    begin_stop (w);             /* the event read stays unarmed */
+    begin_stop (w, hand_over);  /* the event read stays unarmed */
   else if (!arm_event (w)) {
     worker_log (w, LOG_ERROR, "worker %u: cannot queue its event read: "
                 "stopping", w->id);
-    begin_stop (w);
+    begin_stop (w, false);
   }
 }
 
@@ -206,7 +223,7 @@ wait_first (struct worker *w)
     bool conns, stop;
 
     pthread_mutex_lock (&w->lock);
-    conns = w->n_incoming > 0;
+    conns = w->n_incoming > 0 || w->adopt.n > 0;
     stop = w->stop_requested;
     pthread_mutex_unlock (&w->lock);
     if (conns || stop)
@@ -227,6 +244,7 @@ refuse_all (struct worker *w)
     for (size_t i = 0; i < w->n_incoming; i++)
       close (w->incoming[i]);
     w->n_incoming = 0;
+    handover_free (&w->adopt);
     stop = w->stop_requested;
     pthread_mutex_unlock (&w->lock);
     if (stop || !wait_first (w))
@@ -297,6 +315,8 @@ worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
 
   memset (w, 0, sizeof *w);
   conn_list_init (w);
+  handover_init (&w->adopt);
+  handover_init (&w->handed);
   w->ctx = ctx;
   w->id = id;
   w->event_c.fn = on_event;
@@ -369,10 +389,33 @@ worker_hand_over (struct worker *w, int fd)
 }
 
 void
+worker_adopt (struct worker *w, const struct handover_conn *c)
+{
+  pthread_mutex_lock (&w->lock);
+  if (!handover_add (&w->adopt, c)) {
+    pthread_mutex_unlock (&w->lock);
+    close (c->fd);
+    free (c->payload);
+    return;
+  }
+  pthread_mutex_unlock (&w->lock);
+  wake (w);
+}
+
+void
 worker_request_stop (struct worker *w)
 {
   pthread_mutex_lock (&w->lock);
   w->stop_requested = true;
+  pthread_mutex_unlock (&w->lock);
+  wake (w);
+}
+
+void
+worker_request_hand_over (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  w->stop_requested = w->hand_over_requested = true;
   pthread_mutex_unlock (&w->lock);
   wake (w);
 }
@@ -384,6 +427,7 @@ worker_join (struct worker *w)
   for (size_t i = 0; i < w->n_incoming; i++)
     close (w->incoming[i]);
   free (w->incoming);
+  handover_free (&w->adopt);
   free (w->discard);
   close (w->event_fd);
   pthread_mutex_destroy (&w->lock);
