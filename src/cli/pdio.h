@@ -254,6 +254,10 @@ struct server_opts {
   bool native;                  /* pdio's own server: pdio serve */
   const char *pdio;             /* native: this pdio's path */
   unsigned threads;             /* native: worker threads (0: default) */
+  char handover[PATH_MAX];      /* native: where the server listens for a
+                                   successor (RUNDIR/nbdN.handover), or "" */
+  bool take_over;               /* native: start as the successor of the
+                                   server listening on handover */
 };
 /* The server's command line, and the strings it points into. */
 struct server_cmd {

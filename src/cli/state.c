@@ -203,7 +203,7 @@ void
 state_remove (const char *device)
 {
   static const char *const exts[] = {
-    "sock", "pid", "log", "log.prev", "supervisor.log", "rec",
+    "sock", "handover", "pid", "log", "log.prev", "supervisor.log", "rec",
   };
   char path[PATH_MAX];
 
