@@ -23,6 +23,25 @@ not do on purpose.
       acknowledged cookies to OUT, one per line; the caller checks the
       image after the server has exited.  Exit 0 if every reply was a
       success reply to a request it sent.
+  rawclient.py partial SOCKET SENT DONE
+      For a hand-over (server/handover.tap): opens connections that each
+      leave the server part of a request -- half a header; a WRITE's
+      header and half its payload (4 KiB: the combined receive; 128 KiB:
+      a MSG_WAITALL one); a WRITE's header alone; a refused WRITE (past
+      the end) with part of its payload; a whole READ then half the next
+      header -- writes a line to the fifo SENT, waits for a line on the
+      fifo DONE (the caller hands the server over meanwhile), sends the
+      rest and checks every reply and the data written (read back on the
+      same connection).  Exit 0 if all is right.
+
+  rawclient.py stranger PATH
+      Connects to a server's hand-over socket PATH and sends garbage
+      instead of a successor's hello.
+
+  rawclient.py fake-old-server PATH KIND
+      Listens on PATH as an old server would for its successor, reads the
+      hello and answers with a broken offer of KIND (magic, version,
+      count, fds): the successor must refuse it.
 """
 import os
 import random
@@ -31,6 +50,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 NBDMAGIC = 0x4e42444d41474943
 IHAVEOPT = 0x49484156454F5054
@@ -335,11 +355,143 @@ def sigterm(path, pid, image, out):
     print("%d of %d writes acknowledged before the server closed" % (len(acked), n))
 
 
+def partial(path, sent, done):
+    rnd = random.Random(1)
+    cases = []
+    size = None
+
+    def conn():
+        nonlocal size
+        s = connect(path, timeout=60)
+        size, _ = negotiate(s)
+        return s
+
+    def data(n):
+        return bytes(rnd.getrandbits(8) for _ in range(n))
+
+    # Half a header of a READ.
+    s = conn()
+    r = request(CMD_READ, 4096, 4096, cookie=11)
+    send(s, r[:14])
+    cases.append(("half a header", s, r[14:], [(11, 0, None)], []))
+    # A WRITE's header and half its payload: combined receive, then
+    # MSG_WAITALL.
+    for n, off, cookie in ((4096, 1 << 20, 21), (131072, 2 << 20, 22)):
+        s = conn()
+        d = data(n)
+        r = request(CMD_WRITE, off, n, cookie=cookie) + d
+        send(s, r[:28 + n // 2])
+        cases.append(("a %d-byte WRITE cut in its payload" % n, s,
+                      r[28 + n // 2:], [(cookie, 0, None)], [(off, d)]))
+    # A WRITE's header alone.
+    s = conn()
+    d = data(8192)
+    r = request(CMD_WRITE, 3 << 20, 8192, cookie=31) + d
+    send(s, r[:28])
+    cases.append(("a WRITE's header alone", s, r[28:], [(31, 0, None)],
+                  [(3 << 20, d)]))
+    # A refused WRITE (past the end) with part of its payload.
+    s = conn()
+    r = request(CMD_WRITE, size, 65536, cookie=41) + bytes(65536)
+    send(s, r[:28 + 30000])
+    cases.append(("a refused WRITE cut in its payload", s, r[28 + 30000:],
+                  [(41, 28, None)], []))
+    # A whole READ (served by the old server) and half the next header.
+    s = conn()
+    r1 = request(CMD_READ, 0, 512, cookie=51)
+    r2 = request(CMD_READ, 512, 512, cookie=52)
+    send(s, r1 + r2[:10])
+    cases.append(("a READ and half the next header", s, r2[10:],
+                  [(51, 0, 512), (52, 0, 512)], []))
+    # Let the server receive what there is: its receives are part way.
+    time.sleep(0.5)
+    with open(sent, "w") as f:
+        f.write("sent\n")
+    with open(done) as f:
+        f.readline()
+    bad = 0
+    for name, s, rest, replies, written in cases:
+        try:
+            send(s, rest)
+            got = {}
+            for cookie, err, rlen in replies:
+                e, c = simple_reply(s)
+                if e == 0 and c in (11, 51, 52):
+                    recv_exact(s, 4096 if c == 11 else 512)
+                got[c] = e
+            want = {c: e for c, e, _ in replies}
+            if got != want:
+                raise SystemExit("%s: replies %r, expected %r" % (name, got, want))
+            for off, d in written:
+                send(s, request(CMD_READ, off, len(d), cookie=99))
+                e, c = simple_reply(s)
+                back = recv_exact(s, len(d)) if e == 0 else b""
+                if e or c != 99 or back != d:
+                    raise SystemExit("%s: the data read back differs" % name)
+            send(s, request(CMD_DISC, 0, 0, cookie=100))
+            print("ok: %s" % name)
+        except Closed:
+            print("FAIL: %s: the connection closed" % name)
+            bad += 1
+        s.close()
+    if bad:
+        raise SystemExit(1)
+
+
+def stranger(path):
+    s = connect(path)
+    send(s, b"GET / HTTP/1.0\r\n\r\n")
+    try:
+        s.recv(1)
+    except (OSError, socket.timeout):
+        pass
+    s.close()
+
+
+def fake_old_server(path, kind):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    ls.listen(1)
+    ls.settimeout(30)
+    s, _ = ls.accept()
+    s.settimeout(30)
+    hello = recv_exact(s, 16)
+    magic = 0x50444f484f464652
+    version, n, fds = 1, 0, [ls.fileno(), ls.fileno()]
+    if kind == "magic":
+        magic ^= 1
+    elif kind == "version":
+        version = 99
+    elif kind == "count":
+        n = 1 << 20
+    elif kind == "fds":
+        fds = [0, 1]            # not listening sockets
+    offer = struct.pack(">QIIQII", magic, version, n, 0, 0, os.getpid())
+    s.sendmsg([offer], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                         struct.pack("%di" % len(fds), *fds))])
+    s.sendall(struct.pack(">Q", 0x50444f48454e4421))
+    try:
+        s.recv(8)
+    except (OSError, socket.timeout):
+        pass
+    print("hello %r; sent a broken offer (%s)" % (hello[:8], kind))
+
+
 def main():
     if sys.argv[1] == "hostile":
         hostile(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "sigterm":
         sigterm(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif sys.argv[1] == "partial":
+        partial(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "stranger":
+        stranger(sys.argv[2])
+    elif sys.argv[1] == "fake-old-server":
+        fake_old_server(sys.argv[2], sys.argv[3])
     else:
         raise SystemExit(__doc__)
 
