@@ -350,8 +350,8 @@ handed (struct conn *c)
     break;
   case RX_PAYLOAD:
   case RX_DISCARD:
-    /* The header was parsed, and hdr may hold the next one's start since:
-     * the WRITE is given as the client sent it.
+    /* hdr is where the next header goes: the WRITE's header is rebuilt
+     * from what was parsed, as the client sent it.
      */
     nbd_request_bytes (h.hdr, &c->rx_cmd->nbd);
     h.hdr_got = NBD_REQUEST_LEN;
