@@ -8,8 +8,10 @@
  * closes the image -- which releases its lock for the successor -- and
  * sends its listening sockets and live connections (handover.h), then
  * exits 0 once the successor has them, leaving the socket paths and pid
- * file to it.  With --take-over it is that successor: it receives them
- * before it opens the image, and serves them as its own.
+ * file to it.  With --take-over it is that successor: it opens the image
+ * without its lock and starts its workers first, then takes the sockets
+ * and the lock over (pdio_server_run), so that the connections wait only
+ * for the hand-over itself.
  *
  * With --pidfile (what pdio attach uses) it becomes a daemon the way
  * nbdkit -P does: the first process opens the image and listens, so that
@@ -28,10 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <stddef.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,8 +70,7 @@ struct announce {
   const struct native_serve *o;
   struct pdio_info info;
   int ready_fd;                 /* daemon: tell the first process */
-  struct handover *taken;       /* --take-over: tell the old server */
-  size_t taken_n;
+  struct handover *taken;       /* --take-over: what was taken over */
 };
 
 static void
@@ -81,13 +79,9 @@ ready (void *opaque)
   struct announce *a = opaque;
   const struct native_serve *o = a->o;
 
-  if (a->taken && a->taken->sock >= 0) {
-    const struct pdio_log log = { .error = log_error };
-
+  if (a->taken)
     fprintf (stderr, CMD ": took over %zu connections from pid %d\n",
-             a->taken_n, (int) a->taken->peer);
-    handover_ack (a->taken, &log);
-  }
+             a->taken->n, (int) a->taken->peer);
   if (o->pidfile) {
     FILE *fp = fopen (o->pidfile, "we");
 
@@ -144,20 +138,6 @@ daemonize (int *ready_fd)
   return true;
 }
 
-/* The listening socket taken over is the one --socket names. */
-static bool
-same_socket (int fd, const char *path)
-{
-  struct sockaddr_un sa;
-  socklen_t len = sizeof sa;
-
-  if (getsockname (fd, (struct sockaddr *) &sa, &len) == -1 ||
-      sa.sun_family != AF_UNIX)
-    return false;
-  return len > offsetof (struct sockaddr_un, sun_path) &&
-    strncmp (sa.sun_path, path, sizeof sa.sun_path) == 0;
-}
-
 /* Hands the connections over (pdio_server_run returned them) once the
  * image is closed: true if the successor has them.
  */
@@ -192,6 +172,8 @@ serve_native (const struct native_serve *o)
     .file = o->image, .readonly = o->readonly, .backend = o->backend,
     .align = o->align, .log = log,
     .bounce_canary = canary != NULL && strcmp (canary, "1") == 0,
+    /* The old server holds it until it hands over. */
+    .lock_later = o->take_over != NULL,
   };
   struct announce a = { .o = o, .ready_fd = -1 };
   char description[PATH_MAX + 16], base[PATH_MAX];
@@ -215,36 +197,12 @@ serve_native (const struct native_serve *o)
 
   handover_init (&taken);
   handover_init (&handed);
-  if (o->take_over) {
-    /* First: the old server lets go of the image only once it hands
-     * over.  Until we serve them, the connections' requests wait in
-     * their sockets.
-     */
-    if (handover_receive (o->take_over, &taken, &log) < 0) {
-      errorf (CMD ": cannot take over from the server on %s", o->take_over);
-      return EXIT_FAILED;
-    }
-    if (o->socket && !same_socket (taken.nbd_listen_fd, o->socket)) {
-      errorf (CMD ": --take-over %s: the old server does not listen on %s",
-              o->take_over, o->socket);
-      handover_free (&taken);
-      return EXIT_FAILED;
-    }
-    fd = taken.nbd_listen_fd;
-    hfd = taken.handover_listen_fd;
-    taken.nbd_listen_fd = taken.handover_listen_fd = -1;
-    a.taken = &taken;
-    a.taken_n = taken.n;
-  }
-  if (pdio_open (&cfg, &img) < 0) {
-    if (o->take_over)
-      errorf (CMD ": the %zu connections taken over from pid %d are lost",
-              taken.n, (int) taken.peer);
-    handover_free (&taken);     /* the engine said why */
-    return EXIT_FAILED;
-  }
+  if (pdio_open (&cfg, &img) < 0)
+    return EXIT_FAILED;         /* the engine said why */
   pdio_get_info (img, &a.info);
-  if (!o->take_over) {
+  if (o->take_over)
+    a.taken = &taken;           /* the sockets come with the connections */
+  else {
     fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
                    : pdio_server_listen_tcp (o->port, &log);
     if (fd >= 0 && o->handover &&
@@ -252,10 +210,10 @@ serve_native (const struct native_serve *o)
       close (fd);
       fd = -1;
     }
-  }
-  if (fd < 0) {
-    pdio_close (img);
-    return EXIT_FAILED;
+    if (fd < 0) {
+      pdio_close (img);
+      return EXIT_FAILED;
+    }
   }
   if (o->pidfile)
     daemonize (&a.ready_fd);
@@ -264,16 +222,18 @@ serve_native (const struct native_serve *o)
   snprintf (description, sizeof description, "pdio: %s", basename (base));
   r = pdio_server_run (&(struct pdio_server_config) {
       .img = img, .threads = o->threads, .description = description,
-      .log = log, .handover_fd = hfd, .adopt = o->take_over ? &taken : NULL,
+      .log = log, .handover_fd = hfd, .take_over = o->take_over,
+      .listen_path = o->socket, .taken = &taken,
     }, fd, &sigs, ready, &a, &handed);
-  handover_free (&taken);       /* whatever the workers did not take */
-  if (r != PDIO_SERVER_HANDED_OVER) {
+  handover_free (&taken);
+  /* The paths stay for the successor; after a failed take-over they may
+   * still be the old server's.
+   */
+  if (r == 0 || (r < 0 && !o->take_over)) {
     if (o->socket)
       unlink (o->socket);
-    if (hfd >= 0) {
-      close (hfd);
+    if (o->handover)
       unlink (o->handover);
-    }
     if (o->pidfile)
       unlink (o->pidfile);
   }

@@ -338,7 +338,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   if (r < 0)
     goto fail;
   check_filesystem (img);
-  r = lock_image (img);
+  r = cfg->lock_later ? 0 : lock_image (img);
   if (r < 0)
     goto fail;
 
@@ -380,6 +380,12 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
  fail:
   pdio_close (img);
   return r;
+}
+
+int
+pdio_lock (struct pdio_image *img)
+{
+  return lock_image (img);
 }
 
 void

@@ -66,6 +66,7 @@ struct server_ctx {
   bool can_extents;
   struct pdio_log log;
   size_t pool_bytes;
+  bool rings_at_start;          /* every worker makes its ring at start */
 };
 
 struct worker {

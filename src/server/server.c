@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -199,6 +200,65 @@ can_adopt (const struct server_ctx *ctx, const struct handover *ho)
   return true;
 }
 
+/* The listening socket taken over is the one path names. */
+static bool
+same_socket (int fd, const char *path)
+{
+  struct sockaddr_un sa;
+  socklen_t len = sizeof sa;
+
+  if (getsockname (fd, (struct sockaddr *) &sa, &len) == -1 ||
+      sa.sun_family != AF_UNIX)
+    return false;
+  return len > offsetof (struct sockaddr_un, sun_path) &&
+    strncmp (sa.sun_path, path, sizeof sa.sun_path) == 0;
+}
+
+/* The workers are up: the old server's connections and listening
+ * sockets, then the image's lock, which it has let go of.  0, or -errno
+ * with the reason logged (the connections are then lost, closed as if
+ * the old server had died).
+ */
+static int
+take_over (const struct pdio_server_config *cfg, const struct server_ctx *ctx,
+           struct worker *workers, unsigned n, int *listen_fd,
+           int *handover_fd)
+{
+  struct handover *ho = cfg->taken;
+
+  if (handover_receive (cfg->take_over, ho, &ctx->log) < 0) {
+    pdio_log_msg (ctx->log.error, "cannot take over from the server on %s",
+                  cfg->take_over);
+    return -EIO;
+  }
+  if (cfg->listen_path && !same_socket (ho->nbd_listen_fd, cfg->listen_path)) {
+    pdio_log_msg (ctx->log.error, "cannot take over from the server on %s: "
+                  "it does not listen on %s", cfg->take_over,
+                  cfg->listen_path);
+    goto lost;
+  }
+  if (pdio_lock (ctx->img) < 0 || !can_adopt (ctx, ho))
+    goto lost;
+  *listen_fd = ho->nbd_listen_fd;
+  *handover_fd = ho->handover_listen_fd;
+  ho->nbd_listen_fd = ho->handover_listen_fd = -1;
+  pdio_log_msg (ctx->log.debug, "taking over %zu connections from pid %d",
+                ho->n, (int) ho->peer);
+  for (size_t i = 0; i < ho->n; i++) {
+    worker_adopt (&workers[i % n], &ho->conns[i]);
+    /* The worker's now; ho keeps the count for messages. */
+    ho->conns[i] = (struct handover_conn) { .fd = -1 };
+  }
+  handover_ack (ho, &ctx->log);
+  return 0;
+
+ lost:
+  pdio_log_msg (ctx->log.error, "the %zu connections taken over from pid %d "
+                "are lost", ho->n, (int) ho->peer);
+  handover_free (ho);
+  return -EIO;
+}
+
 /* Joins the workers after a hand-over, gathering what they gave up. */
 static void
 gather (struct worker *workers, unsigned n, struct handover *out)
@@ -224,7 +284,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   struct pdio_info info;
   struct worker *workers;
   unsigned n = cfg->threads;
-  int sig_fd, succ, err = 0;
+  int sig_fd, succ, hfd = cfg->handover_fd, err = 0;
   pid_t peer = 0;
 
   pdio_get_info (cfg->img, &info);
@@ -236,13 +296,12 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     .description = cfg->description,
   };
   ctx.can_extents = info.can_extents;
+  ctx.rings_at_start = cfg->take_over != NULL;
   if (n == 0) {
     long cpus = sysconf (_SC_NPROCESSORS_ONLN);
 
     n = cpus > 0 ? cpus : 1;
   }
-  if (cfg->adopt && !can_adopt (&ctx, cfg->adopt))
-    return -EINVAL;
   sig_fd = signalfd (-1, stop_signals, SFD_CLOEXEC);
   if (sig_fd == -1) {
     err = -errno;
@@ -269,18 +328,20 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     }
   }
   pdio_log_msg (cfg->log.debug, "serving with %u worker threads", n);
-  if (cfg->adopt) {
-    pdio_log_msg (cfg->log.debug, "taking over %zu connections from pid %d",
-                  cfg->adopt->n, (int) cfg->adopt->peer);
-    for (size_t i = 0; i < cfg->adopt->n; i++)
-      worker_adopt (&workers[i % n], &cfg->adopt->conns[i]);
-    cfg->adopt->n = 0;          /* the workers own them now */
+  if (cfg->take_over &&
+      (err = take_over (cfg, &ctx, workers, n, &listen_fd, &hfd)) < 0) {
+    for (unsigned i = 0; i < n; i++)
+      worker_request_stop (&workers[i]);
+    for (unsigned i = 0; i < n; i++)
+      worker_join (&workers[i]);
+    free (workers);
+    close (sig_fd);
+    return err;
   }
   if (ready)
     ready (opaque);
 
-  succ = accept_loop (&ctx, listen_fd, cfg->handover_fd, sig_fd, workers,
-                      n, &peer);
+  succ = accept_loop (&ctx, listen_fd, hfd, sig_fd, workers, n, &peer);
   if (succ >= 0) {
     /* The successor takes the listening sockets as they are: new clients
      * wait in their backlog meanwhile.
@@ -293,7 +354,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     handed->sock = succ;
     handed->peer = peer;
     handed->nbd_listen_fd = listen_fd;
-    handed->handover_listen_fd = cfg->handover_fd;
+    handed->handover_listen_fd = hfd;
     handed->size = ctx.export.size;
     handed->readonly = ctx.export.readonly;
     free (workers);
@@ -303,6 +364,8 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
 
   /* Refuse new connections at once, then let the workers drain. */
   close (listen_fd);
+  if (hfd >= 0)
+    close (hfd);
   for (unsigned i = 0; i < n; i++)
     worker_request_stop (&workers[i]);
   for (unsigned i = 0; i < n; i++)

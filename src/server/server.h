@@ -23,9 +23,16 @@ struct pdio_server_config {
   struct pdio_log log;          /* error, warning, debug: any may be NULL */
   int handover_fd;              /* listening for a successor (handover_listen),
                                    or -1 */
-  struct handover *adopt;       /* connections taken over from a predecessor
-                                   (handover_receive), or NULL: the workers
-                                   take them */
+  /* Take over from the server listening for a successor at take_over,
+   * or NULL.  Then listen_fd and handover_fd are -1 (both come with the
+   * hand-over), img was opened with lock_later (it is locked once the old
+   * server has let go of it), and taken gets the hand-over's peer and
+   * count, for messages (its connections are the workers').  listen_path
+   * is the unix socket the old server must be listening on, or NULL.
+   */
+  const char *take_over;
+  const char *listen_path;
+  struct handover *taken;
 };
 
 /* A listening socket: a unix socket at path (a stale socket file there is
@@ -37,7 +44,11 @@ extern int pdio_server_listen_unix (const char *path,
 extern int pdio_server_listen_tcp (const char *port,
                                    const struct pdio_log *log);
 
-/* Serves on listen_fd until one of stop_signals arrives (the caller
+/* With cfg->take_over, first starts every worker, with its ring and
+ * pool, and only then asks the old server for its connections: what
+ * they wait for is the hand-over itself, not this server's start.
+ *
+ * Serves on listen_fd until one of stop_signals arrives (the caller
  * blocks them in every thread first, so they queue for this call): then
  * it stops accepting and reading requests, finishes and answers every
  * request in flight, closes the connections and returns 0.
@@ -49,9 +60,9 @@ extern int pdio_server_listen_tcp (const char *port,
  * caller's) and the connections, for handover_send once the image is
  * closed.
  *
- * -errno if the workers could not start, or cfg->adopt holds connections
- * this export cannot serve.  ready(), if set, runs once the workers are
- * up (and have the connections taken over).
+ * -errno if the workers could not start, or the take-over failed (the
+ * reason logged).  ready(), if set, runs once the workers are up (and
+ * have the connections taken over).
  */
 #define PDIO_SERVER_HANDED_OVER 1
 extern int pdio_server_run (const struct pdio_server_config *cfg,

@@ -266,7 +266,8 @@ report_start (struct start *st, int err)
  * every worker fails the start; the others make theirs when their first
  * connection comes (a pool is address space until used, but a ring is
  * kernel memory: a 16-CPU server with two clients holds two, not
- * sixteen).
+ * sixteen) -- unless the server takes connections over, which then wait
+ * for no ring.
  */
 static void *
 worker_main (void *arg_)
@@ -277,7 +278,7 @@ worker_main (void *arg_)
   int err;
 
   w->now = monotonic_seconds ();
-  if (w->id == 0) {
+  if (w->id == 0 || w->ctx->rings_at_start) {
     err = make_thread (w);
     report_start (st, err);
     if (err)
