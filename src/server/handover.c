@@ -217,9 +217,13 @@ recv_all (int sock, void *buf, size_t len, int *fds, size_t want_fds,
       LOG (error, "receiving %s: more descriptors than expected", what);
       goto fail;
     }
-    if (got_fds != want_fds) {
+    if (got_fds > want_fds) {
+      LOG (error, "receiving %s: descriptors where none belong", what);
+      goto fail;
+    }
+    if (got_fds < want_fds) {
       LOG (error, "receiving %s: %zu descriptors instead of %zu", what,
-           got_fds > want_fds ? got_fds - 1 : got_fds, want_fds);
+           got_fds, want_fds);
       goto fail;
     }
     first = false;

@@ -82,7 +82,8 @@ extern bool handover_add (struct handover *ho, const struct handover_conn *c);
  * logged.  Call it before any thread starts (it sets the umask).
  */
 extern int handover_listen (const char *path, const struct pdio_log *log);
-/* A successor connected to listen_fd: accepts it and reads its hello.
+/* A successor connected to listen_fd: accepts it and reads its hello
+ * (a peer that stays silent holds the caller up to HANDOVER_TIMEOUT_MS).
  * The connected socket, or -1 (a stranger, a bad hello: logged, and
  * the server carries on).
  */
