@@ -138,14 +138,14 @@ daemonize (int *ready_fd)
   return true;
 }
 
-/* Hands the connections over (pdio_server_run returned them) once the
- * image is closed: true if the successor has them.
+/* pdio_server_run sent the connections over: true once the successor
+ * says it serves them.
  */
 static bool
 hand_over (struct handover *ho, const struct pdio_log *log)
 {
   size_t n = ho->n;
-  bool ok = handover_send (ho, log) == 0 && handover_wait_ack (ho, log);
+  bool ok = handover_wait_ack (ho, log);
 
   if (ok)
     fprintf (stderr, CMD ": handed %zu connections over to pid %d\n", n,
@@ -226,10 +226,11 @@ serve_native (const struct native_serve *o)
       .listen_path = o->socket, .taken = &taken,
     }, fd, &sigs, ready, &a, &handed);
   handover_free (&taken);
-  /* The paths stay for the successor; after a failed take-over they may
+  /* The paths stay for the successor, even one whose hand-over failed
+   * (the supervisor binds them again); after a failed take-over they may
    * still be the old server's.
    */
-  if (r == 0 || (r < 0 && !o->take_over)) {
+  if (r == 0 || (r < 0 && r != -EPIPE && !o->take_over)) {
     if (o->socket)
       unlink (o->socket);
     if (o->handover)
@@ -237,7 +238,10 @@ serve_native (const struct native_serve *o)
     if (o->pidfile)
       unlink (o->pidfile);
   }
-  {
+  /* A take-over that failed served nothing: its error stays the last
+   * line, which the supervisor quotes.
+   */
+  if (r >= 0 || !o->take_over) {
     struct pdio_stats st;
     char buf[512];
 
@@ -245,9 +249,13 @@ serve_native (const struct native_serve *o)
     pdio_format_stats (&st, buf, sizeof buf);
     fprintf (stderr, CMD ": stats: %s\n", buf);
   }
-  /* The successor opens the image once we let go of it. */
   pdio_close (img);
   if (r == PDIO_SERVER_HANDED_OVER)
     return hand_over (&handed, &log) ? EXIT_OK : EXIT_FAILED;
+  if (r == -EPIPE) {
+    errorf (CMD ": the hand-over to pid %d failed: its %zu connections are "
+            "closed", (int) handed.peer, handed.n);
+    handover_free (&handed);
+  }
   return r == 0 ? EXIT_OK : EXIT_FAILED;
 }

@@ -434,8 +434,9 @@ requested (struct sup *s)
     }
     say ("hand-over failed: %s; falling back to killing the server and "
          "handing %s fresh connections", why, s->rec.device);
+    /* What happened first: a long why may be cut in the record. */
     snprintf (s->requested_how, sizeof s->requested_how,
-              ": hand-over failed (%s), fresh connections instead", why);
+              ": hand-over failed, fresh connections instead (%s)", why);
   }
   if (s->rec.server_pid > 0 && pid_alive (s->rec.server_pid)) {
     /* SIGKILL, not SIGTERM: nbdkit answers the requests that arrive while

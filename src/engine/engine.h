@@ -85,6 +85,11 @@ extern void pdio_close (struct pdio_image *img);
  * named in the log).
  */
 extern int pdio_lock (struct pdio_image *img);
+/* Lets go of the image lock before pdio_close, once no request will run
+ * any more: a server handing over lets its successor take the image
+ * while its own threads are still being torn down.
+ */
+extern void pdio_unlock (struct pdio_image *img);
 
 struct pdio_info {
   uint64_t size;

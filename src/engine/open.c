@@ -389,6 +389,14 @@ pdio_lock (struct pdio_image *img)
 }
 
 void
+pdio_unlock (struct pdio_image *img)
+{
+  struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+
+  fcntl (img->fd, F_OFD_SETLK, &fl);
+}
+
+void
 pdio_close (struct pdio_image *img)
 {
   unsigned threads;
@@ -407,10 +415,8 @@ pdio_close (struct pdio_image *img)
   /* Release the image lock now: a ring still being torn down by the kernel
    * may hold a reference to the file for a while after we close it.
    */
-  if (img->fd >= 0) {
-    struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
-    fcntl (img->fd, F_OFD_SETLK, &fl);
-  }
+  if (img->fd >= 0)
+    pdio_unlock (img);
   if (img->tail_fd >= 0)
     close (img->tail_fd);
   if (img->fd >= 0)

@@ -87,6 +87,9 @@ struct worker {
   struct handover adopt;        /* only its conns are used */
   bool stop_requested;
   bool hand_over_requested;     /* with stop_requested */
+  bool ended;                   /* its connections are gone: no request
+                                   runs any more, handed is complete */
+  pthread_cond_t ended_cond;
   int event_fd;
   uint64_t event_value;
   struct pdio_completion event_c;
@@ -116,6 +119,10 @@ extern void worker_request_stop (struct worker *w);
  */
 extern void worker_request_hand_over (struct worker *w);
 extern void worker_join (struct worker *w);
+/* Waits until the worker's connections are gone (it may still be
+ * tearing down its ring): its handed list is then the caller's to read.
+ */
+extern void worker_wait_ended (struct worker *w);
 /* From conn.c: c (its fd and payload) goes to the successor.  false if
  * it cannot be kept (out of memory): c stays the caller's.
  */

@@ -259,14 +259,16 @@ take_over (const struct pdio_server_config *cfg, const struct server_ctx *ctx,
   return -EIO;
 }
 
-/* Joins the workers after a hand-over, gathering what they gave up. */
+/* Gathers what the workers gave up, once each has ended its
+ * connections (its ring may still be going).
+ */
 static void
 gather (struct worker *workers, unsigned n, struct handover *out)
 {
   for (unsigned i = 0; i < n; i++) {
     struct handover *h = &workers[i].handed;
 
-    worker_join (&workers[i]);
+    worker_wait_ended (&workers[i]);
     for (size_t j = 0; j < h->n; j++)
       if (handover_add (out, &h->conns[j]))
         h->conns[j] = (struct handover_conn) { .fd = -1 };
@@ -357,9 +359,16 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     handed->handover_listen_fd = hfd;
     handed->size = ctx.export.size;
     handed->readonly = ctx.export.readonly;
+    /* No request runs any more: the successor may have the image while
+     * the workers tear their rings down.
+     */
+    pdio_unlock (cfg->img);
+    err = handover_send (handed, &cfg->log);
+    for (unsigned i = 0; i < n; i++)
+      worker_join (&workers[i]);
     free (workers);
     close (sig_fd);
-    return PDIO_SERVER_HANDED_OVER;
+    return err ? -EPIPE : PDIO_SERVER_HANDED_OVER;
   }
 
   /* Refuse new connections at once, then let the workers drain. */

@@ -54,11 +54,12 @@ extern int pdio_server_listen_tcp (const char *port,
  * request in flight, closes the connections and returns 0.
  *
  * Or until a successor says hello on cfg->handover_fd: then it stops
- * reading requests, answers every request it started, and returns
- * PDIO_SERVER_HANDED_OVER with *handed holding the successor's socket,
- * both listening sockets (listen_fd and cfg->handover_fd, no longer the
- * caller's) and the connections, for handover_send once the image is
- * closed.
+ * reading requests, answers every request it started, lets go of the
+ * image's lock, sends the successor both listening sockets and the
+ * connections (handover_send), and returns PDIO_SERVER_HANDED_OVER with
+ * *handed holding the successor's socket, for handover_wait_ack, and
+ * what was sent, to be closed with handover_free (-EPIPE if the sending
+ * failed: the connections are lost).
  *
  * -errno if the workers could not start, or the take-over failed (the
  * reason logged).  ready(), if set, runs once the workers are up (and

@@ -262,6 +262,25 @@ report_start (struct start *st, int err)
   pthread_mutex_unlock (&st->lock);
 }
 
+/* No request of this worker runs any more. */
+static void
+report_ended (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  w->ended = true;
+  pthread_cond_broadcast (&w->ended_cond);
+  pthread_mutex_unlock (&w->lock);
+}
+
+void
+worker_wait_ended (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  while (!w->ended)
+    pthread_cond_wait (&w->ended_cond, &w->lock);
+  pthread_mutex_unlock (&w->lock);
+}
+
 /* Worker 0 makes its ring and pool at once, so that what would fail for
  * every worker fails the start; the others make theirs when their first
  * connection comes (a pool is address space until used, but a ring is
@@ -297,12 +316,14 @@ worker_main (void *arg_)
   /* Takes what was handed over so far and queues the eventfd read. */
   on_event (&w->event_c, 0, 0);
   loop (w);
+  report_ended (w);
   /* Connections the loop abandoned (ring failure) are leaked with their
    * fds closed by process exit; in the normal stop there are none.
    */
   pdio_thread_free (w->t);
   w->t = NULL;
  done:
+  report_ended (w);
   worker_log (w, LOG_DEBUG, "worker %u: done", w->id);
   return NULL;
 }
@@ -329,6 +350,7 @@ worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
     goto fail;
   }
   pthread_mutex_init (&w->lock, NULL);
+  pthread_cond_init (&w->ended_cond, NULL);
   pthread_mutex_init (&st.lock, NULL);
   pthread_cond_init (&st.cond, NULL);
   *arg = (struct worker_arg) { .w = w, .start = &st };
@@ -431,5 +453,6 @@ worker_join (struct worker *w)
   handover_free (&w->adopt);
   free (w->discard);
   close (w->event_fd);
+  pthread_cond_destroy (&w->ended_cond);
   pthread_mutex_destroy (&w->lock);
 }

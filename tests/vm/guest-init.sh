@@ -1147,9 +1147,33 @@ ho_restarts() {
     done
 }
 
+# The old server hangs (SIGSTOP): the successor gets no answer within
+# its 10 s, so pdio restart falls back to killing the server and
+# reconnecting, and says so; the filesystem carries on.
+ho_fallback() {
+    old=$(rc_field server_pid)
+    r0=$(rc_field restarts)
+    head -c 1048576 /dev/urandom > /tmp/ho.pat
+    kill -STOP "$old"
+    rc=0
+    pdio restart "$(rc_dev)" > "$STATE/ho.fb" 2>&1 || rc=$?
+    cat "$STATE/ho.fb"
+    grep "hand-over failed" "$PDIO_RUN/nbd$(rc_idx).supervisor.log" | tail -n 1
+    new=$(rc_field server_pid)
+    cp /tmp/ho.pat "$MNT/after-fallback"
+    sync
+    detail "pdio restart exit $rc: $(cat "$STATE/ho.fb")"
+    [ "$rc" = 0 ]
+    grep -q "hand-over failed, fresh connections instead (.*cannot take over from the server on " "$STATE/ho.fb"
+    [ "$(rc_field restarts)" = $((r0 + 1)) ]
+    [ "$new" != "$old" ] && [ -d "/proc/$new" ] && [ ! -d "/proc/$old" ]
+    cmp /tmp/ho.pat "$MNT/after-fallback"
+}
+
 scenario_handover() {
     step "handover: pdio attach (default timeouts), mkfs.ext4, mount" ho_attach
     step "handover: pdio restart x$HO_RESTARTS during fio verify: 0 errors, no nbd kernel message, each probe pause <= $HO_MAX_PAUSE_MS ms, new pid each time, list counts them" ho_restarts
+    step "handover: the old server hung (SIGSTOP): pdio restart falls back to kill and reconnect, says so, the filesystem carries on" ho_fallback
     step "handover: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
 }
 
