@@ -5,9 +5,9 @@
  *
  * With --handover-socket it also listens there for a successor (pdio
  * restart): when one says hello, the server finishes what it started,
- * closes the image -- which releases its lock for the successor -- and
- * sends its listening sockets and live connections (handover.h), then
- * exits 0 once the successor has them, leaving the socket paths and pid
+ * lets go of the image's lock and sends its listening sockets and live
+ * connections (handover.h, from pdio_server_run), then exits 0 once the
+ * successor has them, leaving the socket paths and pid
  * file to it.  With --take-over it is that successor: it opens the image
  * without its lock and starts its workers first, then takes the sockets
  * and the lock over (pdio_server_run), so that the connections wait only

@@ -3,8 +3,8 @@
  * old server listens on a unix socket of its own (pdio serve
  * --handover-socket, root-only 0600 in the run directory); the successor
  * (pdio serve --take-over PATH) connects there and says hello; the old
- * server stops reading requests, answers everything it started, closes
- * the image and sends, over that socket:
+ * server stops reading requests, answers everything it started, lets go
+ * of the image's lock and sends, over that socket:
  *
  *   OFFER    magic, version, number of connections, the export's size
  *            and read-only flag, its pid; with SCM_RIGHTS, its two listening
