@@ -19,33 +19,56 @@
 
 
 
-bool
-device_connect (const struct record *r, char *why, size_t len)
+/* The flags a device keeps: a device past nbds_max was made for us and
+ * goes when it is disconnected, so that none pile up; the module's own
+ * nbd0 .. nbd(nbds_max-1) stay, as users of other clients expect.
+ */
+static uint64_t
+keep_flags (const struct record *r)
 {
-  int idx = nbd_index (r->device), fds[MAX_CONNECTIONS];
+  return r->on_demand && !test_break ("no-destroy-flag")
+    ? NBD_CFLAG_DESTROY_ON_DISCONNECT : 0;
+}
+
+bool
+device_connect (struct record *r, char *why, size_t len)
+{
+  int idx = r->device[0] ? nbd_index (r->device) : -1, fds[MAX_CONNECTIONS];
   struct nbd_offer e;
   struct nbdnl_device d;
-  bool ok;
 
   if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
     return false;
   if (r->connections > 1 && !(e.eflags & NBD_FLAG_CAN_MULTI_CONN)) {
     snprintf (why, len, "%s: the server does not advertise multi-conn",
               r->socket);
-    ok = false;
+    idx = -1;
   }
   else {
+    /* Destroyed on disconnect from the start, so that a device the kernel
+     * makes for us cannot outlive us even if we die right after; a
+     * module's device has the flag taken off at once below.
+     */
+    r->on_demand = true;
     d = (struct nbdnl_device) {
       .index = idx, .size = r->size - r->size % r->block_size,
       .block_size = r->block_size, .server_flags = e.eflags,
+      .client_flags = keep_flags (r),
       .timeout = r->timeout, .dead_timeout = r->dead_timeout,
+      .backend = r->backend,
     };
-    ok = nbdnl_connect (&d, fds, r->connections, why, len);
+    idx = nbdnl_connect (&d, fds, r->connections, why, len);
   }
   /* The kernel holds its own references to the sockets. */
   for (unsigned i = 0; i < r->connections; i++)
     close (fds[i]);
-  if (!ok)
+  if (idx < 0)
+    return false;
+  snprintf (r->device, sizeof r->device, "/dev/nbd%d", idx);
+  r->on_demand = idx >= nbd_nbds_max ();
+  if (!r->on_demand &&
+      !nbdnl_reconfigure (idx, r->backend, NULL, 0, keep_flags (r), why,
+                          len))
     return false;
   for (unsigned t = 0; !(nbd_connected (idx) && nbd_size (idx)); t += 50) {
     if (t >= 10000) {
@@ -108,11 +131,15 @@ device_drop_partitions (const char *device)
   }
 }
 
+/* The kernel sets both client flags from what a reconfigure carries:
+ * DESTROY_ON_DISCONNECT is repeated, or it would be dropped.
+ */
 bool
-device_autoclear (const char *device, char *why, size_t len)
+device_autoclear (const struct record *r, char *why, size_t len)
 {
-  return nbdnl_reconfigure (nbd_index (device), NULL, 0,
-                         NBD_CFLAG_DISCONNECT_ON_CLOSE, why, len);
+  return nbdnl_reconfigure (nbd_index (r->device), r->backend, NULL, 0,
+                            NBD_CFLAG_DISCONNECT_ON_CLOSE | keep_flags (r),
+                            why, len);
 }
 
 bool
@@ -126,6 +153,18 @@ device_connected (int idx)
    * device has a configuration).
    */
   return r >= 0 ? r == 1 : nbd_connected (idx);
+}
+
+bool
+device_is_ours (const struct record *r)
+{
+  char backend[sizeof r->backend];
+  int idx = nbd_index (r->device);
+
+  if (r->backend[0] == '\0')
+    return device_connected (idx);
+  return nbd_backend (idx, backend, sizeof backend) &&
+    strcmp (backend, r->backend) == 0;
 }
 
 bool
@@ -149,8 +188,9 @@ device_reconnect (const struct record *r, char *why, size_t len)
     ok = false;
   }
   else
-    ok = nbdnl_reconfigure (nbd_index (r->device), fds, r->connections, -1,
-                         why, len);
+    /* No client flags: the ones the device has stay. */
+    ok = nbdnl_reconfigure (nbd_index (r->device), r->backend, fds,
+                            r->connections, -1, why, len);
   for (unsigned i = 0; i < r->connections; i++)
     close (fds[i]);
   return ok;

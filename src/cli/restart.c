@@ -112,7 +112,7 @@ start_supervisor (struct record *r)
     }
     return true;
   }
-  state_path (r->device, "pid", pidfile, sizeof pidfile);
+  state_path (r->name, "pid", pidfile, sizeof pidfile);
   if (pipe2 (p, O_CLOEXEC) == -1) {
     errorf (CMD ": pipe: %m");
     close (lock);
@@ -133,7 +133,7 @@ start_supervisor (struct record *r)
     close (lock);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    supervise (r, &so, p[1], true);
+    supervise (r, &so, p[1], -1, true);
   }
   close (p[1]);
   if (read (p[0], &c, 1) != 1) {

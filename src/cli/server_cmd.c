@@ -109,6 +109,6 @@ record_server_opts (const struct record *r, const char *pdio,
 
   /* nbdkit cannot hand its connections over: restarts replace it. */
   if (o.native)
-    state_path (r->device, "handover", o.handover, sizeof o.handover);
+    state_path (r->name, "handover", o.handover, sizeof o.handover);
   return o;
 }

@@ -383,13 +383,13 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
 }
 
 int
-pdio_lock (struct pdio_image *img)
+pdio_lock_image (struct pdio_image *img)
 {
   return lock_image (img);
 }
 
 void
-pdio_unlock (struct pdio_image *img)
+pdio_unlock_image (struct pdio_image *img)
 {
   struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
 
@@ -416,7 +416,7 @@ pdio_close (struct pdio_image *img)
    * may hold a reference to the file for a while after we close it.
    */
   if (img->fd >= 0)
-    pdio_unlock (img);
+    pdio_unlock_image (img);
   if (img->tail_fd >= 0)
     close (img->tail_fd);
   if (img->fd >= 0)

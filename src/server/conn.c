@@ -13,14 +13,19 @@
  *   CONN_HANDING_OVER  the server hands its connections to a successor
  *                      (handover.h): no request is read or started any
  *                      more; the pending receive is cancelled, and what
- *                      it brought is kept; once every request started
+ *                      it brought is kept -- except that a streamed
+ *                      WRITE, started at its header, still receives the
+ *                      rest of its payload: its range is locked and
+ *                      pieces of it may be on the disk, so only this
+ *                      server can finish it.  Once every request started
  *                      has its reply sent, the socket and the bytes of
  *                      the first request not started (part of a header,
  *                      or a whole one, and a WRITE's payload so far) go
  *                      to the worker's hand-over list and the connection
  *                      is freed without a close: the client sees nothing.
  *                      A connection taken over starts in TRANSMISSION
- *                      with those bytes (conn_adopt).
+ *                      with those bytes (conn_adopt), which take the path
+ *                      of bytes received.
  *   CONN_DEAD          the hard end: the socket is shut down, the receive
  *                      cancelled, the replies not being sent dropped; the
  *                      connection is freed once nothing of it is in
@@ -43,6 +48,15 @@
  * data in one sendmsg, batched with every other queued reply.  The memory
  * goes back to the pool when the engine is done (WRITE) or the reply is
  * sent (READ).  Replies go out in completion order, not request order.
+ *
+ * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed (cmd.c): its
+ * memory is a few pieces' buffers, whatever its length.  A WRITE's
+ * payload is received piece by piece into whichever buffer is free (none:
+ * no receive until a piece is on disk); a READ's reply is queued once,
+ * and then sent piece by piece as they are read: nothing is sent after it
+ * until its last piece is out, since its bytes must stay together.  A
+ * READ that fails after a simple reply's header went out hangs up: the
+ * spec leaves no other honest answer.
  *
  * Backpressure: when the pool says no, or the connection holds
  * CONN_MAX_REQUESTS requests or CONN_MAX_POOL_BYTES of memory, it stops
@@ -129,15 +143,20 @@ struct conn {
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
+  uint64_t pending_round;       /* the engine round it came in (the file
+                                   check's answer from then on will do) */
   struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
   /* Taken over mid-WRITE: the payload bytes the old server received,
    * used when the header in hdr is started; taken_payload is NULL if they
-   * were a refused WRITE's, read and dropped.
+   * were a refused WRITE's, read and dropped.  A streamed WRITE takes
+   * them piece by piece, as if received, as its buffers come free: until
+   * then taken_left of them, from taken_payload + payload_got, wait.
    */
   uint8_t *taken_payload;
   uint32_t taken_got;
+  uint32_t taken_left;
   struct msghdr rx_msg;         /* a payload and the next header */
   struct iovec rx_iov[2];       /* where the pending receive goes */
   int rx_iovcnt;
@@ -178,7 +197,7 @@ get_sqe (struct conn *c)
   struct io_uring_sqe *sqe = pdio_thread_sqe (thr (c));
 
   if (sqe == NULL)
-    worker_log (c->w, LOG_ERROR, "io_uring submission failed");
+    worker_log (c->w, PDIO_LOG_ERROR, "io_uring submission failed");
   return sqe;
 }
 
@@ -275,8 +294,29 @@ static void
 nbd_cmd_free (struct conn *c, struct nbd_cmd *cmd)
 {
   release_buf (c, cmd);
+  free (cmd->stream);
+  cmd->stream = NULL;
   c->n_cmds--;
   STAILQ_INSERT_HEAD (&c->free_cmds, cmd, link);
+}
+
+/* The connection is done with a streamed command (see nbd_stream_finish):
+ * freed now, or by conn_stream_end once its engine requests are done.
+ */
+static void
+stream_let_go (struct conn *c, struct nbd_cmd *cmd)
+{
+  if (nbd_stream_finish (cmd)) {
+    c->n_running--;
+    nbd_cmd_free (c, cmd);
+  }
+}
+
+/* A streamed WRITE is started and its payload still coming. */
+static bool
+receiving_stream (const struct conn *c)
+{
+  return c->rx == RX_PAYLOAD && c->rx_cmd && c->rx_cmd->stream;
 }
 
 /* --- the end ------------------------------------------------------------------- */
@@ -298,8 +338,29 @@ drop_queue (struct conn *c)
     return;
   while ((cmd = STAILQ_FIRST (&c->replies)) != NULL) {
     STAILQ_REMOVE_HEAD (&c->replies, link);
-    nbd_cmd_free (c, cmd);
+    if (cmd->stream)
+      stream_let_go (c, cmd);
+    else
+      nbd_cmd_free (c, cmd);
   }
+  c->tx_off = 0;
+}
+
+/* The command whose payload was being received, once no receive into it
+ * is pending: its payload will not all come.
+ */
+static void
+drop_rx_cmd (struct conn *c)
+{
+  struct nbd_cmd *cmd = c->rx_cmd;
+
+  if (cmd == NULL || c->rx_pending)
+    return;
+  c->rx_cmd = NULL;
+  if (cmd->stream)
+    stream_let_go (c, cmd);
+  else
+    nbd_cmd_free (c, cmd);
 }
 
 /* Frees c; its socket is closed unless it was handed over. */
@@ -323,7 +384,7 @@ conn_free (struct conn *c, bool close_socket)
 
     pdio_get_stats (w->ctx->img, &st);
     pdio_format_stats (&st, buf, sizeof buf);
-    worker_log (w, LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
+    worker_log (w, PDIO_LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
   }
   if (close_socket)
     close (c->fd);
@@ -350,8 +411,9 @@ handed (struct conn *c)
     break;
   case RX_PAYLOAD:
   case RX_DISCARD:
-    /* hdr is where the next header goes: the WRITE's header is rebuilt
-     * from what was parsed, as the client sent it.
+    /* Not a streamed WRITE: that one runs (in_flight) until its payload
+     * is all in.  hdr is where the next header goes: the WRITE's header
+     * is rebuilt from what was parsed, as the client sent it.
      */
     nbd_request_bytes (h.hdr, &c->rx_cmd->nbd);
     h.hdr_got = NBD_REQUEST_LEN;
@@ -372,7 +434,7 @@ handed (struct conn *c)
     /* hand_over made it RX_HEADER. */
     abort ();
   }
-  worker_log (c->w, LOG_DEBUG, "connection %d: handed over with %u header "
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: handed over with %u header "
               "and %u payload bytes of a request not started", c->fd,
               h.hdr_got, h.payload_got);
   if (!worker_handed (c->w, &h)) {
@@ -402,6 +464,9 @@ maybe_end (struct conn *c)
       handed (c);
     return;
   case CONN_DEAD:
+    /* What waited for a send that has now completed. */
+    drop_queue (c);
+    drop_rx_cmd (c);
     if (!in_flight (c))
       conn_free (c, true);
     return;
@@ -450,7 +515,7 @@ conn_abort (struct conn *c, const char *why)
 {
   if (c->phase == CONN_DEAD)
     return;
-  worker_log (c->w, LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
   unstall (c);
   if (c->tx == TX_QUEUED) {
     TAILQ_REMOVE (&c->w->conns.to_send, c, send_link);
@@ -460,7 +525,6 @@ conn_abort (struct conn *c, const char *why)
   /* Wakes a pending receive or send at once, on unix and TCP sockets. */
   shutdown (c->fd, SHUT_RDWR);
   cancel_recv (c);
-  drop_queue (c);
   maybe_end (c);
 }
 
@@ -474,6 +538,7 @@ drain (struct conn *c)
   c->phase = CONN_DRAINING;
   /* What it brings is not served (on_recv). */
   cancel_recv (c);
+  drop_rx_cmd (c);
   maybe_end (c);
 }
 
@@ -490,10 +555,12 @@ hand_over (struct conn *c)
     c->hdr_got = NBD_REQUEST_LEN;
   }
   c->phase = CONN_HANDING_OVER;
-  /* What it brings is kept (on_recv); a receive cancelled part way
-   * through reports the bytes it did receive.
+  /* A streamed WRITE's payload keeps coming (rx_next): this server
+   * finishes it.  Otherwise what the receive brings is kept (on_recv); a
+   * receive cancelled part way through reports the bytes it did receive.
    */
-  cancel_recv (c);
+  if (!receiving_stream (c))
+    cancel_recv (c);
   maybe_end (c);
 }
 
@@ -534,6 +601,10 @@ tx_kick (struct conn *c)
     return;
   for (cmd = STAILQ_FIRST (&c->replies); cmd && n + 2 <= CONN_IOV;
        cmd = STAILQ_NEXT (cmd, link)) {
+    /* A streamed READ's next piece, if it has been read. */
+    if (cmd->stream && cmd->hdr_len + cmd->payload_len == 0 &&
+        !nbd_stream_piece (cmd, c->s.structured))
+      break;
     const struct { const void *p; size_t len; } seg[2] = {
       { cmd->hdr, cmd->hdr_len }, { cmd->payload, cmd->payload_len },
     };
@@ -548,7 +619,12 @@ tx_kick (struct conn *c)
       skip = 0;
       n++;
     }
+    /* Nothing may come between its pieces. */
+    if (cmd->stream)
+      break;
   }
+  if (n == 0)
+    return;                     /* conn_stream_ready queues it again */
   c->tx_progress = c->w->now;
   if (!submit_send (c, n))
     conn_abort (c, "cannot queue a send");
@@ -568,6 +644,13 @@ sent_transmission (struct conn *c, size_t bytes)
     }
     bytes -= left;
     c->tx_off = 0;
+    if (cmd->stream) {
+      if (!nbd_stream_sent (cmd))
+        break;                  /* more of it to come, nothing else first */
+      STAILQ_REMOVE_HEAD (&c->replies, link);
+      stream_let_go (c, cmd);
+      continue;
+    }
     STAILQ_REMOVE_HEAD (&c->replies, link);
     nbd_cmd_free (c, cmd);
   }
@@ -634,7 +717,8 @@ hs_step (struct conn *c)
     c->hs = NULL;
     c->phase = CONN_TRANSMISSION;
     c->rx = RX_HEADER;
-    worker_log (c->w, LOG_DEBUG, "connection %d: transmission (flags 0x%x%s%s)",
+    worker_log (c->w, PDIO_LOG_DEBUG,
+                "connection %d: transmission (flags 0x%x%s%s)",
                 c->fd, c->s.eflags, c->s.structured ? ", structured" : "",
                 c->s.meta_base_allocation ? ", base:allocation" : "");
     if (c->w->stopping)
@@ -646,6 +730,38 @@ hs_step (struct conn *c)
 }
 
 /* --- receiving --------------------------------------------------------------- */
+/* n more bytes of the streamed WRITE's payload are in its buffer. */
+static void
+stream_received (struct conn *c, size_t n)
+{
+  struct nbd_cmd *cmd = c->rx_cmd;
+
+  c->payload_got += n;
+  nbd_stream_received (cmd, n);
+  if (c->payload_got == cmd->nbd.count) {
+    c->rx = RX_HEADER;
+    c->rx_cmd = NULL;
+    nbd_stream_rx_end (cmd);
+  }
+}
+
+/* The predecessor's bytes of the streamed WRITE's payload, into the
+ * buffer a receive would fill.
+ */
+static void
+take_stream_bytes (struct conn *c, uint8_t *buf, size_t len)
+{
+  size_t n = len < c->taken_left ? len : c->taken_left;
+
+  memcpy (buf, c->taken_payload + c->payload_got, n);
+  c->taken_left -= n;
+  if (c->taken_left == 0) {
+    free (c->taken_payload);
+    c->taken_payload = NULL;
+  }
+  stream_received (c, n);
+}
+
 /* Queues the receive rx asks for.  The caller must not touch c afterwards
  * (a failure hangs up).
  */
@@ -654,14 +770,31 @@ rx_next (struct conn *c)
 {
   bool ok = true;
 
-  if (c->phase != CONN_TRANSMISSION || c->rx_pending)
+  if (c->rx_pending)
+    return;
+  if (c->phase != CONN_TRANSMISSION &&
+      !(c->phase == CONN_HANDING_OVER && receiving_stream (c)))
     return;
   switch (c->rx) {
   case RX_HEADER:
     ok = submit_recv (c, c->hdr + c->hdr_got, NBD_REQUEST_LEN - c->hdr_got);
     break;
   case RX_PAYLOAD:
-    if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
+    if (c->rx_cmd->stream) {
+      size_t len;
+      uint8_t *buf = nbd_stream_rx_buf (c->rx_cmd, &len);
+
+      /* None: every piece is on the disk (conn_stream_progress). */
+      if (buf == NULL)
+        break;
+      if (c->taken_left) {
+        take_stream_bytes (c, buf, len);
+        rx_next (c);
+        return;
+      }
+      ok = submit_recv (c, buf, len);
+    }
+    else if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
       ok = submit_recv_payload_and_header (c);
     else
       ok = submit_recv (c, (uint8_t *) c->rx_cmd->buf + c->payload_got,
@@ -700,9 +833,14 @@ conn_cmd_done (struct nbd_cmd *cmd)
   struct conn *c = cmd->c;
 
   c->n_running--;
-  /* A write's data is on disk (or failed): its memory can go now. */
-  if (cmd->nbd.type == NBD_CMD_WRITE)
+  /* A write's data is on disk (or failed): its memory can go now, and a
+   * streamed one's reply is a plain one.
+   */
+  if (cmd->nbd.type == NBD_CMD_WRITE) {
     release_buf (c, cmd);
+    free (cmd->stream);
+    cmd->stream = NULL;
+  }
   if (c->phase == CONN_DEAD) {
     nbd_cmd_free (c, cmd);
     maybe_end (c);
@@ -729,12 +867,69 @@ use_taken_payload (struct conn *c, struct nbd_cmd *cmd,
                 "server would serve");
     return false;
   }
+  if (cmd->stream) {
+    /* Its buffers hold a few pieces: rx_next takes the bytes as they
+     * come free.
+     */
+    c->taken_left = got;
+    return true;
+  }
   if (!v->error)
     memcpy (cmd->buf, c->taken_payload, got);
   free (c->taken_payload);
   c->taken_payload = NULL;
   c->payload_got = got;
   return true;
+}
+
+void
+conn_stream_progress (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  if ((c->phase == CONN_TRANSMISSION || c->phase == CONN_HANDING_OVER) &&
+      c->rx_cmd == cmd && !c->rx_pending)
+    rx_next (c);
+  else if (c->phase != CONN_TRANSMISSION)
+    maybe_end (c);
+}
+
+void
+conn_stream_ready (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  if (c->phase == CONN_DEAD) {
+    /* Not queued (drop_queue lets go of those): nobody else will. */
+    if (!cmd->stream->started) {
+      stream_let_go (c, cmd);
+      maybe_end (c);
+    }
+    return;
+  }
+  if (nbd_stream_broken (cmd, c->s.structured)) {
+    conn_abort (c, "a read failed after its simple reply's header was "
+                "sent: the client cannot be told, so it is hung up on");
+    return;
+  }
+  if (!cmd->stream->started) {
+    if (nbd_stream_piece (cmd, c->s.structured))
+      queue_reply (c, cmd);
+  }
+  else if (c->tx == TX_IDLE) {
+    c->tx = TX_QUEUED;
+    TAILQ_INSERT_TAIL (&c->w->conns.to_send, c, send_link);
+  }
+}
+
+void
+conn_stream_end (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  c->n_running--;
+  nbd_cmd_free (c, cmd);
+  maybe_end (c);
 }
 
 /* The pending header: refuse it, or get what it needs and start it; or
@@ -777,15 +972,22 @@ start_request (struct conn *c)
     return;
   }
   cmd->nbd = *r;
+  cmd->arrived = c->pending_round;
   cmd->buf = buf;
   cmd->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
+  if (v.error == 0 && nbd_cmd_streamed (r) &&
+      (cmd->stream = calloc (1, sizeof *cmd->stream)) == NULL) {
+    nbd_cmd_free (c, cmd);
+    conn_abort (c, "out of memory");
+    return;
+  }
 
   if (c->taken_got && !use_taken_payload (c, cmd, &v))
     return;
   if (v.error) {
     cmd->error = v.error;
-    worker_log (c->w, LOG_DEBUG, "connection %d: refused command %u "
+    worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: refused command %u "
                 "(%u bytes at %" PRIu64 ", flags 0x%x): error %u", c->fd,
                 r->type, r->count, r->offset, r->flags, v.error);
     if (v.discard) {
@@ -805,12 +1007,16 @@ start_request (struct conn *c)
     else
       reply (c, cmd);
   }
-  else if (r->type == NBD_CMD_WRITE && c->payload_got == r->count)
+  else if (r->type == NBD_CMD_WRITE && !cmd->stream &&
+           c->payload_got == r->count)
     start_cmd (c, cmd);         /* all of it came with a hand-over */
   else if (r->type == NBD_CMD_WRITE) {
     c->rx_cmd = cmd;
     c->rx = RX_PAYLOAD;
     c->rx_progress = c->w->now;
+    /* Its range is locked now; its pieces are written as they come. */
+    if (cmd->stream)
+      start_cmd (c, cmd);
   }
   else
     start_cmd (c, cmd);
@@ -825,6 +1031,7 @@ header_complete (struct conn *c)
 {
   c->hdr_got = 0;
   c->payload_got = 0;
+  c->pending_round = pdio_thread_round (thr (c));
   if (!nbd_parse_request (c->hdr, &c->pending)) {
     conn_abort (c, "bad request magic");
     return;
@@ -846,10 +1053,7 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     return;
   case CONN_DRAINING:
     /* Whatever arrived is not served. */
-    if (c->rx_cmd) {
-      nbd_cmd_free (c, c->rx_cmd);
-      c->rx_cmd = NULL;
-    }
+    drop_rx_cmd (c);
     maybe_end (c);
     return;
   case CONN_HANDSHAKE:
@@ -885,6 +1089,10 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     header_complete (c);
     return;
   case RX_PAYLOAD: {
+    if (c->rx_cmd->stream) {
+      stream_received (c, res);
+      break;
+    }
     size_t want = c->rx_cmd->nbd.count - c->payload_got;
     size_t got = (size_t) res < want ? (size_t) res : want;
 
@@ -914,7 +1122,7 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
   case RX_STALLED:
     break;
   }
-  if (c->phase == CONN_HANDING_OVER)
+  if (c->phase == CONN_HANDING_OVER && !receiving_stream (c))
     maybe_end (c);
   else
     rx_next (c);
@@ -940,7 +1148,8 @@ watchdog (struct conn *c)
   case CONN_HANDING_OVER:
     if (replies_wait && now - c->tx_progress > limit)
       conn_abort (c, "the client does not read its replies");
-    else if (c->phase == CONN_TRANSMISSION && mid_request &&
+    else if ((c->phase == CONN_TRANSMISSION ? mid_request
+              : c->phase == CONN_HANDING_OVER && receiving_stream (c)) &&
              now - c->rx_progress > limit)
       conn_abort (c, "the client stopped in the middle of a request");
     return;
@@ -1018,7 +1227,7 @@ conn_new (struct worker *w, int fd)
   struct conn *c = calloc (1, sizeof *c);
 
   if (c == NULL || (c->hs = malloc (sizeof *c->hs)) == NULL) {
-    worker_log (w, LOG_ERROR, "connection refused: out of memory");
+    worker_log (w, PDIO_LOG_ERROR, "connection refused: out of memory");
     free (c);
     close (fd);
     return;
@@ -1026,7 +1235,8 @@ conn_new (struct worker *w, int fd)
   conn_init (c, w, fd);
   c->phase = CONN_HANDSHAKE;
   nbd_hs_init (c->hs, &w->ctx->export);
-  worker_log (w, LOG_DEBUG, "connection %d: accepted by worker %u", fd, w->id);
+  worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
+              w->id);
   hs_step (c);
 }
 
@@ -1050,7 +1260,7 @@ conn_adopt (struct worker *w, struct handover_conn *h)
   struct conn *c = calloc (1, sizeof *c);
 
   if (c == NULL) {
-    worker_log (w, LOG_ERROR, "connection taken over, then lost: out of "
+    worker_log (w, PDIO_LOG_ERROR, "connection taken over, then lost: out of "
                 "memory");
     close (h->fd);
     free (h->payload);
@@ -1063,7 +1273,7 @@ conn_adopt (struct worker *w, struct handover_conn *h)
   c->hdr_got = h->hdr_got;
   c->taken_got = h->payload_got;
   c->taken_payload = h->payload;
-  worker_log (w, LOG_DEBUG, "connection %d: taken over by worker %u with "
+  worker_log (w, PDIO_LOG_DEBUG, "connection %d: taken over by worker %u with "
               "%zu header and %u payload bytes of a request", c->fd, w->id,
               c->hdr_got, c->taken_got);
   if (c->hdr_got == NBD_REQUEST_LEN)

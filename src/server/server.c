@@ -237,7 +237,7 @@ take_over (const struct pdio_server_config *cfg, const struct server_ctx *ctx,
                   cfg->listen_path);
     goto lost;
   }
-  if (pdio_lock (ctx->img) < 0 || !can_adopt (ctx, ho))
+  if (pdio_lock_image (ctx->img) < 0 || !can_adopt (ctx, ho))
     goto lost;
   *listen_fd = ho->nbd_listen_fd;
   *handover_fd = ho->handover_listen_fd;
@@ -362,7 +362,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     /* No request runs any more: the successor may have the image while
      * the workers tear their rings down.
      */
-    pdio_unlock (cfg->img);
+    pdio_unlock_image (cfg->img);
     err = handover_send (handed, &cfg->log);
     for (unsigned i = 0; i < n; i++)
       worker_join (&workers[i]);

@@ -34,6 +34,20 @@ not do on purpose.
       rest and checks every reply and the data written (read back on the
       same connection).  Exit 0 if all is right.
 
+  rawclient.py stream SOCKET SHADOW SENT GO
+      For a hand-over in the middle of streamed requests
+      (server/handover.tap): one connection sends a 64 MiB WRITE's header
+      and its first 8 MiB, another a 64 MiB READ and 10 bytes of the next
+      header; writes a line to the fifo SENT, waits for a line on the fifo
+      GO (the caller has started a successor, and the server is handing
+      over), then sends the rest of the WRITE followed at once by a 4 KiB
+      WRITE, reads the READ's reply and sends the rest of its next header.
+      The old server must finish both streams; the successor serves what
+      came after them.  Checks every reply, the READ's data against the
+      file SHADOW (a copy of the image), and data read back; applies the
+      writes to SHADOW for the caller to compare with the image.  Exit 0
+      if all is right.
+
   rawclient.py stranger PATH
       Connects to a server's hand-over socket PATH and sends garbage
       instead of a successor's hello.
@@ -80,6 +94,22 @@ def recv_exact(s, n):
             raise Closed()
         buf += chunk
     return buf
+
+
+def recv_big(s, n):
+    """recv_exact without the copying that grows with n squared."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        try:
+            k = s.recv_into(view[got:], n - got)
+        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+            raise Closed()
+        if not k:
+            raise Closed()
+        got += k
+    return bytes(buf)
 
 
 def send(s, data):
@@ -438,6 +468,73 @@ def partial(path, sent, done):
         raise SystemExit(1)
 
 
+def stream(path, shadow, sent, go):
+    MiB = 1 << 20
+    big = 64 * MiB
+    w_off, r_off = 64 * MiB + 512, 0
+    small_off = 40 * MiB + 4096
+    payload = os.urandom(big)
+    small = os.urandom(4096)
+    next_off = 8 * MiB + 4096   # read by the successor: not small_off,
+                                # which the other connection writes then
+    with open(shadow, "rb") as f:
+        f.seek(r_off)
+        before = f.read(big)
+
+    w = connect(path, timeout=60)
+    negotiate(w)
+    r = connect(path, timeout=60)
+    negotiate(r)
+    send(w, request(CMD_WRITE, w_off, big, cookie=61) + payload[:8 * MiB])
+    nxt = request(CMD_READ, next_off, 4096, cookie=72)
+    send(r, request(CMD_READ, r_off, big, cookie=71) + nxt[:10])
+    # The server has started both streams: the WRITE's pieces are going
+    # to the disk, the READ's reply fills the socket.
+    time.sleep(0.5)
+    with open(sent, "w") as f:
+        f.write("sent\n")
+    with open(go) as f:
+        f.readline()
+    try:
+        send(w, payload[8 * MiB:] +
+             request(CMD_WRITE, small_off, 4096, cookie=62) + small)
+        e, c = simple_reply(r)
+        if (e, c) != (0, 71):
+            raise SystemExit("the 64 MiB READ: error %d, cookie %d" % (e, c))
+        if recv_big(r, big) != before:
+            raise SystemExit("the 64 MiB READ's data differs from the image's")
+        print("ok: the 64 MiB READ's reply, as the image")
+        send(r, nxt[10:])
+        e, c = simple_reply(r)
+        if ((e, c) != (0, 72) or
+                recv_exact(r, 4096) != before[next_off:next_off + 4096]):
+            raise SystemExit("the READ after the 64 MiB one: error %d, "
+                             "cookie %d, or its data differs" % (e, c))
+        print("ok: the READ whose header was cut, served by the successor")
+        got = [simple_reply(w), simple_reply(w)]
+        if got != [(0, 61), (0, 62)]:
+            raise SystemExit("the WRITEs' replies: %r, expected "
+                             "[(0, 61), (0, 62)]" % got)
+        print("ok: the 64 MiB WRITE and the one behind it acknowledged")
+        for off, d, cookie in ((w_off, payload, 63), (small_off, small, 64)):
+            send(w, request(CMD_READ, off, len(d), cookie=cookie))
+            e, c = simple_reply(w)
+            if (e, c) != (0, cookie) or recv_big(w, len(d)) != d:
+                raise SystemExit("%d bytes at %d: not read back as written"
+                                 % (len(d), off))
+        print("ok: both WRITEs read back as written")
+        for s in (w, r):
+            send(s, request(CMD_DISC, 0, 0, cookie=100))
+            s.close()
+    except Closed:
+        raise SystemExit("FAIL: a connection closed")
+    with open(shadow, "r+b") as f:
+        f.seek(w_off)
+        f.write(payload)
+        f.seek(small_off)
+        f.write(small)
+
+
 def stranger(path):
     s = connect(path)
     send(s, b"GET / HTTP/1.0\r\n\r\n")
@@ -488,6 +585,8 @@ def main():
         sigterm(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
     elif sys.argv[1] == "partial":
         partial(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "stream":
+        stream(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     elif sys.argv[1] == "stranger":
         stranger(sys.argv[2])
     elif sys.argv[1] == "fake-old-server":

@@ -20,6 +20,10 @@
  *   no-udev-settle        attach --autoclear does not wait for udev
  *   no-umount-helper      mount.pdio does not mark its mounts helper=pdio
  *   fail-after-connect    attach fails once the device is connected
+ *   attach-no-lock        attach takes no claim on the image: concurrent
+ *                         attaches of one image are not told the winner
+ *   no-destroy-flag       devices made on demand are not destroyed on
+ *                         disconnect (NBD_CFLAG_DESTROY_ON_DISCONNECT)
  */
 #include <config.h>
 
