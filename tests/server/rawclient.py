@@ -48,6 +48,21 @@ not do on purpose.
       writes to SHADOW for the caller to compare with the image.  Exit 0
       if all is right.
 
+  rawclient.py flags SOCKET
+      Negotiates as the other modes do and prints the transmission flags
+      the server gave, in hex (for taken-stream).
+
+  rawclient.py taken-stream HANDOVER NBD_SOCKET SIZE EFLAGS SHADOW
+      A predecessor that hands over a connection in the middle of a
+      24 MiB WRITE (streamed by pdio's server) with 9 MiB + 123 bytes of
+      its payload received: listens on HANDOVER and NBD_SOCKET, offers
+      the export (SIZE bytes; the connection negotiated EFLAGS, simple
+      replies) to the successor that connects, with the connection's
+      record, the bytes, and one end of a socket pair as its socket; once
+      acknowledged, sends the rest of the payload on the other end and
+      checks the reply and the data read back.  Applies the write to
+      SHADOW.  Exit 0 if all is right.
+
   rawclient.py stranger PATH
       Connects to a server's hand-over socket PATH and sends garbage
       instead of a successor's hello.
@@ -535,6 +550,73 @@ def stream(path, shadow, sent, go):
         f.write(small)
 
 
+def flags(path):
+    s = connect(path)
+    _, f = negotiate(s)
+    send(s, request(CMD_DISC, 0, 0))
+    s.close()
+    print("0x%x" % f)
+
+
+def listen_at(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    ls.listen(8)
+    return ls
+
+
+def taken_stream(ho_path, nbd_path, size, eflags, shadow):
+    MiB = 1 << 20
+    count, got, off, cookie = 24 * MiB, 9 * MiB + 123, 16 * MiB + 1536, 81
+    payload = os.urandom(count)
+    ho_ls, nbd_ls = listen_at(ho_path), listen_at(nbd_path)
+    ho_ls.settimeout(30)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine.settimeout(60)
+    succ, _ = ho_ls.accept()
+    succ.settimeout(30)
+    recv_exact(succ, 16)                                    # the hello
+    offer = struct.pack(">QIIQII", 0x50444f484f464652, 1, 1, size, 0,
+                        os.getpid())
+    succ.sendmsg([offer], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                            struct.pack("2i", nbd_ls.fileno(),
+                                        ho_ls.fileno()))])
+    hdr = request(CMD_WRITE, off, count, cookie=cookie)
+    record = struct.pack(">IIQHHII", 0x434f4e4e, 4, size, eflags, 0,
+                         32 * MiB, 28) + hdr + struct.pack(">II", got, 0)
+    succ.sendmsg([record], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                             struct.pack("i", theirs.fileno()))])
+    theirs.close()
+    succ.sendall(payload[:got])
+    succ.sendall(struct.pack(">Q", 0x50444f48454e4421))
+    if struct.unpack(">Q", recv_exact(succ, 8))[0] != 0x50444f4841434b21:
+        raise SystemExit("the successor did not acknowledge")
+    print("ok: the successor took the connection over with %d payload "
+          "bytes" % got)
+    try:
+        send(mine, payload[got:])
+        e, c = simple_reply(mine)
+        if (e, c) != (0, cookie):
+            raise SystemExit("the %d-byte WRITE: error %d, cookie %d"
+                             % (count, e, c))
+        send(mine, request(CMD_READ, off, count, cookie=82))
+        e, c = simple_reply(mine)
+        if (e, c) != (0, 82) or recv_big(mine, count) != payload:
+            raise SystemExit("the %d-byte WRITE: not read back as written"
+                             % count)
+        print("ok: the WRITE acknowledged and read back as written")
+        send(mine, request(CMD_DISC, 0, 0, cookie=100))
+    except Closed:
+        raise SystemExit("FAIL: the connection closed")
+    with open(shadow, "r+b") as f:
+        f.seek(off)
+        f.write(payload)
+
+
 def stranger(path):
     s = connect(path)
     send(s, b"GET / HTTP/1.0\r\n\r\n")
@@ -587,6 +669,11 @@ def main():
         partial(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "stream":
         stream(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    elif sys.argv[1] == "flags":
+        flags(sys.argv[2])
+    elif sys.argv[1] == "taken-stream":
+        taken_stream(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                     int(sys.argv[5], 0), sys.argv[6])
     elif sys.argv[1] == "stranger":
         stranger(sys.argv[2])
     elif sys.argv[1] == "fake-old-server":
