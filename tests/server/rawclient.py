@@ -38,10 +38,12 @@ not do on purpose.
       For a hand-over in the middle of streamed requests
       (server/handover.tap): one connection sends a 64 MiB WRITE's header
       and its first 8 MiB, another a 64 MiB READ and 10 bytes of the next
-      header; writes a line to the fifo SENT, waits for a line on the fifo
-      GO (the caller has started a successor, and the server is handing
-      over), then sends the rest of the WRITE followed at once by a 4 KiB
-      WRITE, reads the READ's reply and sends the rest of its next header.
+      header; writes a line to the fifo SENT and goes on sending the
+      WRITE's payload and reading the READ's reply at 1 MiB/s until a
+      line comes on the fifo GO (the caller has started a successor, and
+      the server is handing over), then at full speed, the WRITE followed
+      at once by a 4 KiB WRITE; then sends the rest of the READ's next
+      header.  Both streams must still have been going at GO.
       The old server must finish both streams; the successor serves what
       came after them.  Checks every reply, the READ's data against the
       file SHADOW (a copy of the image), and data read back; applies the
@@ -488,10 +490,10 @@ def stream(path, shadow, sent, go):
     big = 64 * MiB
     w_off, r_off = 64 * MiB + 512, 0
     small_off = 40 * MiB + 4096
-    payload = os.urandom(big)
-    small = os.urandom(4096)
     next_off = 8 * MiB + 4096   # read by the successor: not small_off,
                                 # which the other connection writes then
+    payload = os.urandom(big)
+    small = os.urandom(4096)
     with open(shadow, "rb") as f:
         f.seek(r_off)
         before = f.read(big)
@@ -503,22 +505,89 @@ def stream(path, shadow, sent, go):
     send(w, request(CMD_WRITE, w_off, big, cookie=61) + payload[:8 * MiB])
     nxt = request(CMD_READ, next_off, 4096, cookie=72)
     send(r, request(CMD_READ, r_off, big, cookie=71) + nxt[:10])
-    # The server has started both streams: the WRITE's pieces are going
-    # to the disk, the READ's reply fills the socket.
+
+    # Both streams keep moving, slowly (1 MiB/s: neither ends for a
+    # minute), until the hand-over has begun, then at full speed: a
+    # server handing over gives a stalled client 5 s, and this one is
+    # never stalled, however long the successor takes to start.
+    going = threading.Event()
+    step = 128 * 1024
+    at_go = {}
+    errors = []
+
+    def paced(n, fn):
+        done = 0
+        while done < n:
+            k = min(step, n - done)
+            fn(done, k)
+            done += k
+            if not going.is_set():
+                going.wait(0.125)
+        return done
+
+    def writer():
+        try:
+            rest = payload[8 * MiB:]
+            sent_at_go = [None]
+
+            def put(off, k):
+                if going.is_set() and sent_at_go[0] is None:
+                    sent_at_go[0] = 8 * MiB + off
+                send(w, rest[off:off + k])
+            paced(len(rest), put)
+            at_go["write"] = sent_at_go[0]
+            send(w, request(CMD_WRITE, small_off, 4096, cookie=62) + small)
+        except Closed:
+            errors.append("the WRITE's connection closed")
+
+    def reader():
+        try:
+            e, c = simple_reply(r)
+            if (e, c) != (0, 71):
+                errors.append("the 64 MiB READ: error %d, cookie %d" % (e, c))
+                return
+            buf = bytearray(big)
+            view = memoryview(buf)
+            got_at_go = [None]
+
+            def get(off, k):
+                if going.is_set() and got_at_go[0] is None:
+                    got_at_go[0] = off
+                while k:
+                    n = r.recv_into(view[off:], k)
+                    if not n:
+                        raise Closed()
+                    off += n
+                    k -= n
+            paced(big, get)
+            at_go["read"] = got_at_go[0]
+            if bytes(buf) != before:
+                errors.append("the 64 MiB READ's data differs from the "
+                              "image's")
+        except (Closed, OSError):
+            errors.append("the READ's connection closed")
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
     time.sleep(0.5)
     with open(sent, "w") as f:
         f.write("sent\n")
     with open(go) as f:
         f.readline()
+    going.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit("FAIL: " + "; ".join(errors))
+    # Both must have been in the middle when the hand-over began.
+    if at_go.get("write") is None or at_go.get("read") is None:
+        raise SystemExit("a stream ended before the hand-over began: "
+                         "%r" % at_go)
+    print("ok: the hand-over began with %d of the WRITE's %d bytes sent, "
+          "%d of the READ's received" % (at_go["write"], big, at_go["read"]))
+    print("ok: the 64 MiB READ's reply, as the image")
     try:
-        send(w, payload[8 * MiB:] +
-             request(CMD_WRITE, small_off, 4096, cookie=62) + small)
-        e, c = simple_reply(r)
-        if (e, c) != (0, 71):
-            raise SystemExit("the 64 MiB READ: error %d, cookie %d" % (e, c))
-        if recv_big(r, big) != before:
-            raise SystemExit("the 64 MiB READ's data differs from the image's")
-        print("ok: the 64 MiB READ's reply, as the image")
         send(r, nxt[10:])
         e, c = simple_reply(r)
         if ((e, c) != (0, 72) or
@@ -548,7 +617,6 @@ def stream(path, shadow, sent, go):
         f.write(payload)
         f.seek(small_off)
         f.write(small)
-
 
 def flags(path):
     s = connect(path)
