@@ -96,6 +96,19 @@ struct pdio_info {
 };
 extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info);
 
+/* The size served now (what pdio_get_info says as .size): requests are
+ * checked against it.  One atomic load, for a front end's per-request
+ * checks.
+ */
+extern uint64_t pdio_size (const struct pdio_image *img);
+/* Takes the image's size as it is now (a file grown or shrunk with
+ * ftruncate, a block device resized) as the size served from the next
+ * request on; requests already started keep the size they started with.
+ * Safe from any thread.  Sets *size and returns 0, or -errno (the size
+ * served stays as it was).
+ */
+extern int pdio_refresh_size (struct pdio_image *img, uint64_t *size);
+
 /* Request flags. */
 #define PDIO_FUA       1u       /* durable before returning */
 #define PDIO_MAY_TRIM  2u       /* zero: may deallocate */
