@@ -367,7 +367,7 @@ connect_device (const struct attach_opts *o, struct attach *a)
   }
   if (o->autoclear && !test_break ("no-udev-settle"))
     device_settle ();
-  if (o->autoclear && !device_autoclear (a->rec.device, why, sizeof why)) {
+  if (o->autoclear && !device_autoclear (&a->rec, why, sizeof why)) {
     errorf (CMD ": %s: cannot arm autoclear: %s", a->rec.device, why);
     return false;
   }
@@ -379,6 +379,7 @@ attach_locked (const struct attach_opts *o, struct attach *a)
 {
   struct server_info info;
   struct record *recs;
+  char why[PATH_MAX + 64];
   size_t n;
 
   recs = records_load (&n);
@@ -430,6 +431,11 @@ attach_locked (const struct attach_opts *o, struct attach *a)
   a->rec.block_size = choose_block_size (o, a, &info);
   if (a->rec.block_size == 0)
     goto fail;
+  /* The server has the image open and locked: this is the file it serves. */
+  if (!backend_id (a->image, a->rec.backend, why, sizeof why)) {
+    errorf (CMD ": %s", why);
+    goto fail;
+  }
   if (record_write (&a->rec) == -1) {
     errorf (CMD ": cannot write the record of %s in %s: %m", a->rec.device,
             rundir ());

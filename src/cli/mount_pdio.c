@@ -242,7 +242,15 @@ cmd_mount (int argc, char **argv)
     return MOUNT_EX_FAIL;
   }
   if (!test_break ("no-autoclear")) {
-    if (!device_autoclear (device, why, sizeof why)) {
+    struct record rec;
+
+    if (record_load_device (device, &rec) == -1) {
+      errorf (CMD ": %s: attached, but pdio has no record of it (pdio "
+              "detach %s)", device, device);
+      close (fd);
+      return MOUNT_EX_FAIL;
+    }
+    if (!device_autoclear (&rec, why, sizeof why)) {
       errorf (CMD ": %s: cannot arm autoclear: %s (pdio detach %s)", device,
               why, device);
       close (fd);

@@ -65,9 +65,10 @@ record_write (const struct record *r)
     return -1;
   fprintf (fp, "device=%s\nimage=%s\nsocket=%s\nreadonly=%d\n"
            "connections=%u\nblock_size=%" PRIu32 "\ndio_align=%" PRIu32 "\n"
-           "size=%" PRIu64 "\nserver_pid=%d\n",
+           "size=%" PRIu64 "\nbackend=%s\nserver_pid=%d\n",
            r->device, r->image, r->socket, r->readonly, r->connections,
-           r->block_size, r->dio_align, r->size, (int) r->server_pid);
+           r->block_size, r->dio_align, r->size, r->backend,
+           (int) r->server_pid);
   fprintf (fp, "supervisor_pid=%d\ntimeout=%u\ndead_timeout=%u\n"
            "autoclear=%d\nrestarts=%u\nreason=%s\ngave_up=%d\n",
            (int) r->supervisor_pid, r->timeout, r->dead_timeout, r->autoclear,
@@ -100,6 +101,8 @@ set_field (struct record *r, const char *key, const char *value)
     r->dio_align = strtoul (value, NULL, 10);
   else if (strcmp (key, "size") == 0)
     r->size = strtoull (value, NULL, 10);
+  else if (strcmp (key, "backend") == 0)
+    snprintf (r->backend, sizeof r->backend, "%s", value);
   else if (strcmp (key, "server_pid") == 0)
     r->server_pid = atoi (value);
   else if (strcmp (key, "supervisor_pid") == 0)
@@ -154,6 +157,30 @@ record_load_device (const char *device, struct record *r)
 
   state_path (device, "rec", path, sizeof path);
   return record_read (path, r);
+}
+
+bool
+record_find (const char *cmd, const char *what, struct record *out)
+{
+  char real[PATH_MAX];
+  int idx = nbd_index (what);
+  struct record *recs;
+  bool found = false;
+  size_t n;
+
+  recs = records_load (&n);
+  for (size_t i = 0; i < n && !found; i++)
+    if (idx >= 0 ? nbd_index (recs[i].device) == idx
+                 : strcmp (recs[i].image, what) == 0 ||
+                   (realpath (what, real) && strcmp (recs[i].image, real) == 0)) {
+      *out = recs[i];
+      found = true;
+    }
+  free (recs);
+  if (!found)
+    errorf ("%s: %s: not attached by pdio (no record in %s)", cmd, what,
+            rundir ());
+  return found;
 }
 
 static int
