@@ -17,6 +17,11 @@
  *   no-udev-settle        attach --autoclear does not wait for udev
  *   no-umount-helper      mount.pdio does not mark its mounts helper=pdio
  *   fail-after-connect    attach fails once the device is connected
+ *   no-backend            attach gives the kernel no backend identifier
+ *   backend-mismatch      resize's reconfigure names another image
+ *   resize-no-reconfigure resize does not tell the kernel the new size
+ *   resize-no-shrink-check  resize shrinks a device in use
+ *   resize-no-restart     resize does not restart an nbdkit server
  */
 #include <config.h>
 
