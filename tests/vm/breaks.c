@@ -22,6 +22,11 @@
  *   resize-no-reconfigure resize does not tell the kernel the new size
  *   resize-no-shrink-check  resize shrinks a device in use
  *   resize-no-restart     resize does not restart an nbdkit server
+ *   no-identity-check     the supervisor serves whatever file the image's
+ *                         path names now
+ *   supervisor-stale-size the supervisor keeps the record it started with
+ *                         (so a restart after a resize writes back the
+ *                         size of the attach)
  */
 #include <config.h>
 

@@ -1150,11 +1150,13 @@ scenario_partitions() {
 # Before growing, the old filesystem is filled (fallocate) to RS_SLACK of
 # free space, so that RS_NEW of files written after it cannot all fit in
 # the old space: their being there, intact after a remount, proves the
-# new space usable.  Then shrinking an open device is refused (mounted;
+# new space usable.  A server killed after that comes back at the new
+# size.  The device carries the image's identity
+# (NBD_ATTR_BACKEND_IDENTIFIER), which the kernel insists every
+# reconfigure repeats, and the supervisor does not serve another file put
+# at the image's path.  Shrinking an open device is refused (mounted;
 # open by a process) and allowed once it is closed; nbdkit (pdio attach
-# --nbdkit, which pdio resize restarts) grows too; and the device carries
-# the image's identity (NBD_ATTR_BACKEND_IDENTIFIER), which the kernel
-# insists every reconfigure repeats.
+# --nbdkit, which pdio resize restarts) grows too.
 #
 # Each test was shown to fail against a deliberately broken pdio
 # (run.sh --break LIST, tests/vm/breaks.c):
@@ -1168,6 +1170,11 @@ scenario_partitions() {
 #   no-backend              pdio attach gives the kernel no identity: the
 #                           backend test fails (empty backend, and a
 #                           reconfigure for another image is taken)
+#   no-identity-check       the supervisor serves whatever file is at the
+#                           image's path: the replaced-image test fails
+#   supervisor-stale-size   the supervisor keeps the size of the attach:
+#                           the restart-after-resize test fails (the
+#                           record and pdio list go back to it)
 # and pdio serve that keeps its size (a local patch: conn.c not reading
 # the size for new connections) fails the native grow tests.
 RS_IMG=/scratch/rs.img
@@ -1283,6 +1290,33 @@ rs_new_space() {
     [ "$ok_new" = "$RS_NEW" ]
 }
 
+# After a resize, the server is killed: the supervisor's new server and
+# connections serve the new size, and the record keeps it.
+rs_restart() {
+    size=$(rs_dev_size) pid0=$(rs_field server_pid) r0=$(rs_field restarts)
+    kill -KILL "$pid0"
+    wait_until 60 rc_replaced_dev "$(rs_idx)" $((r0 + 1)) "$pid0" ||
+        { echo "no new server"; return 1; }
+    dd if=/dev/urandom of="$MNT/new/after-restart" bs=64k count=16 2>/dev/null
+    sync
+    sum=$(md5sum < "$MNT/new/after-restart")
+    echo 3 > /proc/sys/vm/drop_caches
+    pdio list | tee "$STATE/rs.list"
+    detail "server $pid0 killed, replaced by $(rs_field server_pid); record size $(rs_field size), device $(rs_dev_size)"
+    [ "$(md5sum < "$MNT/new/after-restart")" = "$sum" ]
+    [ "$(rs_dev_size)" = "$size" ] && [ "$(rs_field size)" = "$size" ]
+    grep "^$(rs_dev) " "$STATE/rs.list" | grep -q " $size ok"
+}
+
+# For wait_until: the record of nbdIDX counts RESTARTS and names a live
+# server other than OLD.
+rc_replaced_dev() {
+    rec=$PDIO_RUN/nbd$1.rec
+    new=$(sed -n 's/^server_pid=//p' "$rec")
+    [ "$(sed -n 's/^restarts=//p' "$rec")" = "$2" ] && [ -n "$new" ] &&
+        [ "$new" != 0 ] && [ "$new" != "$3" ] && [ -d "/proc/$new" ]
+}
+
 # Shrinking: refused while mounted and while open (with the device's and
 # the image's sizes untouched), done once closed.
 rs_shrink() {
@@ -1332,6 +1366,22 @@ rs_backend() {
     [ "$(rs_dev_size)" = $((size + 64 * 1048576)) ]
 }
 
+# The image is replaced by a copy (another file at the same path), then
+# the server killed: the supervisor does not serve the copy to the
+# device, and says why.
+rs_replaced() {
+    pid0=$(rs_field server_pid)
+    mv "$RS_IMG" "$RS_IMG.orig"
+    cp "$RS_IMG.orig" "$RS_IMG"
+    kill -KILL "$pid0"
+    wait_until 60 grep -q '^gave_up=1' "$PDIO_RUN/nbd$(rs_idx).rec" ||
+        { echo "the supervisor served the copy: $(rs_field server_pid)"; pdio list; rm -f "$RS_IMG.orig"; return 1; }
+    pdio list | tee "$STATE/rs.list"
+    rm -f "$RS_IMG.orig"
+    detail "$(rs_field reason)"
+    grep "^$(rs_dev) " "$STATE/rs.list" | grep -q "failed: gave up: $RS_IMG is not the image attached any more"
+}
+
 rs_detach() {
     if mounted; then umount "$MNT"; fi
     pdio detach "$(rs_dev)"
@@ -1343,8 +1393,10 @@ scenario_resize() {
     step "resize: pdio attach, mkfs.ext4 on 128 MiB, files, filled to $((RS_SLACK / 1048576)) MiB free" rs_attach ext4 $((128 * 1048576))
     step "resize: image grown to 256 MiB during fio verify, pdio resize, resize2fs: 0 errors, pdio list shows it" rs_grow ext4 $((256 * 1048576)) fio
     step "resize: $RS_NEW MiB of new files in the new space; all files verify after remount, e2fsck -fn clean" rs_new_space ext4
+    step "resize: the server killed after the resize: the new one serves the new size, the record keeps it" rs_restart
     step "resize: /sys/block/nbdN/backend names the image; a reconfigure for another image is refused" rs_backend
     step "resize: shrinking refused while mounted or open, done once closed" rs_shrink
+    step "resize: the image replaced by a copy: the supervisor does not serve it" rs_replaced
     step "resize: pdio detach leaves nothing" rs_detach
     step "resize: xfs on 320 MiB, files, filled to $((RS_SLACK / 1048576)) MiB free" rs_attach xfs $((320 * 1048576))
     step "resize: image grown to 448 MiB during fio verify, pdio resize, xfs_growfs: 0 errors" rs_grow xfs $((448 * 1048576)) fio
