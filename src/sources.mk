@@ -37,8 +37,9 @@ SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
-# umount.pdio.
-CLI_C = \
+# umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone).
+CLI_JSON_C = %reldir%/cli/json.c
+CLI_C = $(CLI_JSON_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \
@@ -46,7 +47,8 @@ CLI_C = \
 	%reldir%/cli/announce.c %reldir%/cli/daemon.c \
 	%reldir%/cli/server_cmd.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
-	%reldir%/cli/spawn.c %reldir%/cli/util.c
+	%reldir%/cli/claim.c \
+	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h
 
 # Where each part finds the headers of the parts below it.

@@ -225,6 +225,9 @@ def summary_md(doc, cfg):
                          else "; this run: since the server started"),
                      "rss_peak_kib",
                      fixed("%.1f", 1024))
+    L += field_table(doc, "Server peak VmPin, MiB (pinned: io_uring's "
+                     "registered buffers; the largest sampled every 50 ms "
+                     "during the job)", "pin_peak_kib", fixed("%.1f", 1024))
     L += memory_table(doc)
     L += field_table(doc, "Image pages in the page cache at the end of the "
                      "job (fincore)", "cache_pages", fixed("%d"))

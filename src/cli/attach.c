@@ -1,14 +1,18 @@
 /* pdio attach: an image becomes /dev/nbdN.
  *
- * A server -- pdio's own (pdio serve as a daemon), or with --nbdkit
- * nbdkit with pdio.so -- serves the image on RUNDIR/nbdN.sock (its log in
- * RUNDIR/nbdN.log), pdio asks it for the preferred block size it
- * advertises (the image's direct-I/O alignment), and pdio connects the
- * device over netlink (device.c) with that block size, multi-conn
- * connections, a timeout and a dead-connection timeout.  Any failure
- * undoes every step taken so far: no stray server, no half-attached
- * device, no record.  The work is done in a child that stays behind as the
- * device's supervisor (supervise.c); the parent prints the device.
+ * The work is done in a child that stays behind as the device's
+ * supervisor (supervise.c); the parent prints the device.  The child
+ * claims the image (claim.c: one attachment per image, held for the
+ * device's life), then a server -- pdio's own (pdio serve as a daemon),
+ * or with --nbdkit nbdkit with pdio.so -- serves it on RUNDIR/NAME.sock
+ * (NAME after the image's identity; its log in RUNDIR/NAME.log), pdio
+ * asks it for the preferred block size it advertises (the image's
+ * direct-I/O alignment), and connects a device over netlink (device.c)
+ * with that block size, multi-conn connections, a timeout and a
+ * dead-connection timeout.  The kernel picks the device, or makes one
+ * past nbds_max, as /dev/loop-control does: there is no search for a free
+ * one to race over.  Any failure undoes every step taken so far: no stray
+ * server, no half-attached device, no record.
  */
 #include <config.h>
 
@@ -28,6 +32,10 @@
 #include "pdio.h"
 
 #define CMD "pdio attach"
+/* How long the loser of a race to attach one image waits for the winner
+ * to get its device (to name it): a server start's own limit, and some.
+ */
+#define CLAIM_WAIT_MS 60000
 
 struct attach_opts {
   bool readonly;
@@ -48,8 +56,8 @@ struct attach {
   char nbdkit[PATH_MAX];
   char self[PATH_MAX];          /* this pdio, which runs pdio serve */
   char log[PATH_MAX], pidfile[PATH_MAX];
-  int idx;
-  bool connected;
+  int claim;                    /* the image's claim, or -1 */
+  bool connected, recorded;
   struct record rec;
 };
 
@@ -59,7 +67,8 @@ usage (FILE *fp)
   fprintf (fp,
 "Usage: pdio attach [OPTIONS] IMAGE\n"
 "Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
-"it to the first free /dev/nbdN (or --device); prints the device.  A\n"
+"it to a /dev/nbdN the kernel picks, or makes past nbds_max (or --device);\n"
+"prints the device.  One attachment per image, whatever its path.  A\n"
 "supervisor stays behind and restarts the server if it dies.\n"
 "\n"
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
@@ -73,7 +82,9 @@ usage (FILE *fp)
 "      --dead-timeout S   how long the device waits for a new server before\n"
 "                         failing requests (default %d)\n"
 "      --autoclear        detach when the last user closes the device\n"
-"  -d, --device DEV       attach /dev/nbdN\n"
+"  -d, --device DEV       attach /dev/nbdN (made if the driver has fewer;\n"
+"                         default: the kernel picks a free one, or makes\n"
+"                         one)\n"
 "      --nbdkit           serve with nbdkit and pdio.so instead\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
 "                         or pdio)\n",
@@ -157,9 +168,11 @@ parse (int argc, char **argv, struct attach_opts *o)
   return EXIT_OK;
 }
 
-/* The image exists and is a file or a block device; its real path. */
+/* The image exists and is a file or a block device; its real path and
+ * its name (image_name).
+ */
 static bool
-check_image (const char *image, char *real)
+check_image (const char *image, char *real, char *name, size_t len)
 {
   struct stat st;
 
@@ -177,6 +190,10 @@ check_image (const char *image, char *real)
   }
   if (strchr (real, '\n')) {
     errorf (CMD ": %s: a newline in the path is not supported", image);
+    return false;
+  }
+  if (!image_name (real, name, len)) {
+    errorf (CMD ": %s: %m", image);
     return false;
   }
   return true;
@@ -208,42 +225,30 @@ no_driver_message (void)
           "%s/module/nbd, no %s/block/nbd0)", sysfs (), sysfs ());
 }
 
-/* Picks the device: the one asked for if it is free, else the first free
- * one.  Devices with a record are taken even if not (yet) connected.
+/* --device: the device asked for is free (it need not exist: the kernel
+ * makes it).  The kernel refuses one in use all the same; this names who
+ * uses it.
  */
-static int
-pick_device (const struct attach_opts *o, const struct record *recs,
-             size_t n)
+static bool
+check_device (const struct attach_opts *o, const struct record *recs,
+              size_t n)
 {
-  bool in_use[1024] = { false };
-  size_t max = sizeof in_use / sizeof in_use[0];
+  int idx = nbd_index (o->device);
   char why[PATH_MAX + 32];
-  int idx;
 
-  for (size_t i = 0; i < n; i++) {
-    idx = nbd_index (recs[i].device);
-    if (idx >= 0 && (size_t) idx < max)
-      in_use[idx] = true;
-  }
-  if (o->device == NULL) {
-    idx = nbd_first_free (in_use, max);
-    if (idx < 0)
-      errorf (CMD ": no free nbd device: every /dev/nbdN is in use (load "
-              "nbd with more devices: modprobe nbd nbds_max=N)");
-    return idx;
-  }
-  idx = nbd_index (o->device);
-  if (!nbd_exists (idx)) {
-    errorf (CMD ": %s: no such nbd device (the nbd driver has fewer; "
-            "modprobe nbd nbds_max=N)", o->device);
-    return -1;
-  }
-  if (((size_t) idx < max && in_use[idx]) || nbd_connected (idx) ||
-      nbd_size (idx) != 0 || nbd_busy (idx, why, sizeof why)) {
+  for (size_t i = 0; i < n; i++)
+    if (nbd_index (recs[i].device) == idx && device_is_ours (&recs[i])) {
+      errorf (CMD ": %s: is in use: %s is attached to it", o->device,
+              recs[i].image);
+      return false;
+    }
+  if (nbd_exists (idx) &&
+      (nbd_connected (idx) || nbd_size (idx) != 0 ||
+       nbd_busy (idx, why, sizeof why))) {
     errorf (CMD ": %s: is in use", o->device);
-    return -1;
+    return false;
   }
-  return idx;
+  return true;
 }
 
 static void
@@ -259,18 +264,30 @@ show_log (const char *log)
   fclose (fp);
 }
 
-/* Undoes whatever attach did, newest first. */
+/* Undoes whatever attach did, newest first.  Once the device has a
+ * number, under the run directory's lock: the kernel may hand the number
+ * to another attach as soon as it is disconnected.
+ */
 static void
 undo (struct attach *a)
 {
+  struct record mine = a->rec;
+  int lock = a->connected ? state_lock (CMD) : -1;
   char why[256];
 
-  if (a->connected && (nbd_connected (a->idx) || nbd_size (a->idx)) &&
+  if (a->connected && a->rec.device[0] && device_is_ours (&a->rec) &&
       !device_disconnect (a->rec.device, why, sizeof why))
     errorf (CMD ": %s: %s", a->rec.device, why);
   if (a->rec.server_pid > 0)
     server_stop (a->rec.server_pid);
-  state_remove (a->rec.device);
+  /* The device's files are ours only once our record is written. */
+  if (!a->recorded)
+    mine.device[0] = '\0';
+  state_remove (&mine);
+  if (lock >= 0)
+    close (lock);
+  claim_drop (a->claim, a->rec.name);
+  a->claim = -1;
 }
 
 static unsigned default_connections (void);
@@ -344,20 +361,65 @@ default_connections (void)
   return cpus < DEFAULT_CONNECTIONS ? cpus : DEFAULT_CONNECTIONS;
 }
 
-/* Connects the device over netlink; partitions show; autoclear is armed
- * last (arming it first, the partition scan's close would detach, and so
- * would udev's probe of the new device: it is waited for).
+/* The kernel gave us the number of an attachment that is gone (its
+ * device was disconnected behind pdio's back): its record would be
+ * overwritten by ours.  A live supervisor of it cleans up after itself
+ * (it leaves a record that is no longer its own alone); otherwise this
+ * stops its server and removes its files, as pdio detach would.
+ */
+static void
+clear_stale (const struct record *old)
+{
+  struct claim_holder h;
+  int claim;
+
+  warnf (CMD ": warning: %s was %s's, whose device went away behind pdio's "
+         "back: clearing its record", old->device, old->image);
+  if (pid_is_supervisor (old->supervisor_pid))
+    return;
+  if (pid_alive (old->server_pid) && pid_is_server (old->server_pid))
+    server_stop (old->server_pid);
+  claim = claim_take (old->name, "detaching", 0, &h);
+  state_remove (old);
+  claim_drop (claim, old->name);
+}
+
+/* Connects the device over netlink and records it, under the run
+ * directory's lock, so that the number the kernel hands us cannot be
+ * the one a detach is still cleaning up after; partitions show;
+ * autoclear is armed last (arming it first, the partition scan's close
+ * would detach, and so would udev's probe of the new device: it is
+ * waited for).
  */
 static bool
 connect_device (const struct attach_opts *o, struct attach *a)
 {
   char why[PATH_MAX + 256];
+  struct record old;
+  int lock = state_lock (CMD);
 
+  if (lock == -1)
+    return false;
   a->connected = true;
   if (!device_connect (&a->rec, why, sizeof why)) {
-    errorf (CMD ": %s: %s", a->rec.device, why);
+    if (a->rec.device[0])
+      errorf (CMD ": %s: %s", a->rec.device, why);
+    else
+      errorf (CMD ": cannot connect a device: %s", why);
+    close (lock);
     return false;
   }
+  if (record_load_device (a->rec.device, &old) == 0)
+    clear_stale (&old);
+  if (record_write (&a->rec) == -1) {
+    errorf (CMD ": cannot write the record of %s in %s: %m", a->rec.device,
+            rundir ());
+    close (lock);
+    return false;
+  }
+  a->recorded = true;
+  close (lock);
+  claim_note (a->claim, "attached", a->rec.device);
   if (!test_break ("no-partscan"))
     device_scan_partitions (a->rec.device);
   /* A failure after the device is up must be undone like any other. */
@@ -374,32 +436,63 @@ connect_device (const struct attach_opts *o, struct attach *a)
   return true;
 }
 
+/* Claims the image: exactly one attachment of it at a time, whatever
+ * the path.  Another attach of it still starting is waited for, to name
+ * the device it got.
+ */
+static bool
+claim_image (const struct attach_opts *o, struct attach *a)
+{
+  struct claim_holder h;
+
+  a->claim = claim_take (a->rec.name, "attaching", CLAIM_WAIT_MS, &h);
+  if (a->claim >= 0)
+    return true;
+  if (h.pid == 0)
+    return false;
+  if (strcmp (h.doing, "attached") == 0)
+    errorf (CMD ": %s: already attached to %s by pid %d (pdio detach %s)",
+            o->image, h.device, (int) h.pid, h.device);
+  else
+    errorf (CMD ": %s: pid %d is still %s it%s%s after %d s", o->image,
+            (int) h.pid, h.doing, h.device[0] ? " on " : "", h.device,
+            CLAIM_WAIT_MS / 1000);
+  return false;
+}
+
 static int
-attach_locked (const struct attach_opts *o, struct attach *a)
+attach_claimed (const struct attach_opts *o, struct attach *a)
 {
   struct server_info info;
   struct record *recs;
   char why[PATH_MAX + 64];
   size_t n;
 
+  /* A record outlives its supervisor (killed): the image may still be
+   * attached without a claim held.
+   */
   recs = records_load (&n);
   for (size_t i = 0; i < n; i++)
-    if (strcmp (recs[i].image, a->image) == 0) {
+    if (strcmp (recs[i].image, a->image) == 0 ||
+        strcmp (recs[i].name, a->rec.name) == 0) {
       errorf (CMD ": %s: already attached to %s (pdio detach %s)", o->image,
               recs[i].device, recs[i].device);
       free (recs);
       return EXIT_FAILED;
     }
-  a->idx = pick_device (o, recs, n);
-  free (recs);
-  if (a->idx < 0)
+  if (o->device && !check_device (o, recs, n)) {
+    free (recs);
     return EXIT_FAILED;
+  }
+  free (recs);
 
-  snprintf (a->rec.device, sizeof a->rec.device, "/dev/nbd%d", a->idx);
+  if (o->device)
+    snprintf (a->rec.device, sizeof a->rec.device, "/dev/nbd%d",
+              nbd_index (o->device));
   snprintf (a->rec.image, sizeof a->rec.image, "%s", a->image);
-  state_path (a->rec.device, "sock", a->rec.socket, sizeof a->rec.socket);
-  state_path (a->rec.device, "log", a->log, sizeof a->log);
-  state_path (a->rec.device, "pid", a->pidfile, sizeof a->pidfile);
+  state_path (a->rec.name, "sock", a->rec.socket, sizeof a->rec.socket);
+  state_path (a->rec.name, "log", a->log, sizeof a->log);
+  state_path (a->rec.name, "pid", a->pidfile, sizeof a->pidfile);
   a->rec.readonly = o->readonly;
   a->rec.nbdkit = o->nbdkit;
   snprintf (a->rec.plugin, sizeof a->rec.plugin, "%s", plugin_name (o->plugin));
@@ -431,14 +524,11 @@ attach_locked (const struct attach_opts *o, struct attach *a)
   a->rec.block_size = choose_block_size (o, a, &info);
   if (a->rec.block_size == 0)
     goto fail;
-  /* The server has the image open and locked: this is the file it serves. */
+  /* The server has the image open and locked: this is the file it
+   * serves.
+   */
   if (!backend_id (a->image, a->rec.backend, why, sizeof why)) {
     errorf (CMD ": %s", why);
-    goto fail;
-  }
-  if (record_write (&a->rec) == -1) {
-    errorf (CMD ": cannot write the record of %s in %s: %m", a->rec.device,
-            rundir ());
     goto fail;
   }
   if (!connect_device (o, a))
@@ -458,7 +548,7 @@ attach_locked (const struct attach_opts *o, struct attach *a)
  * reading "$(pdio attach ...)" waits for every writer).
  */
 static int
-attach_forked (const struct attach_opts *o, struct attach *a, int lock)
+attach_forked (const struct attach_opts *o, struct attach *a)
 {
   int p[2], status, r;
   char c;
@@ -478,16 +568,19 @@ attach_forked (const struct attach_opts *o, struct attach *a, int lock)
     close (p[0]);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    r = attach_locked (o, a);
+    if (!claim_image (o, a))
+      _exit (EXIT_FAILED);
+    r = attach_claimed (o, a);
     fflush (NULL);
-    if (r != EXIT_OK)
+    if (r != EXIT_OK) {
+      claim_drop (a->claim, a->rec.name);     /* if undo() has not */
       _exit (r);
-    close (lock);
+    }
     {
       const struct server_opts so =
         record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
 
-      supervise (&a->rec, &so, p[1], false);
+      supervise (&a->rec, &so, p[1], a->claim, false);
     }
   }
   close (p[1]);
@@ -503,16 +596,17 @@ int
 cmd_attach (int argc, char **argv)
 {
   struct attach_opts o;
-  struct attach a = { .idx = -1 };
+  struct attach a = { .claim = -1 };
   sigset_t stop;
-  int r, lock;
+  int r;
 
   r = parse (argc, argv, &o);
   if (r != EXIT_OK)
     return r;
   if (!need_root (CMD))
     return EXIT_NOT_ROOT;
-  if (!check_image (o.image, a.image) || !check_tools (&o, &a))
+  if (!check_image (o.image, a.image, a.rec.name, sizeof a.rec.name) ||
+      !check_tools (&o, &a))
     return EXIT_FAILED;
   if (!nbd_driver_present ()) {
     no_driver_message ();
@@ -528,10 +622,5 @@ cmd_attach (int argc, char **argv)
   sigaddset (&stop, SIGHUP);
   sigprocmask (SIG_BLOCK, &stop, NULL);
 
-  lock = state_lock (CMD);
-  if (lock == -1)
-    return EXIT_FAILED;
-  r = attach_forked (&o, &a, lock);
-  close (lock);
-  return r;
+  return attach_forked (&o, &a);
 }

@@ -19,39 +19,23 @@
 #include <unistd.h>
 #include <linux/fs.h>
 
-#include <libnbd.h>
-
 #include "pdio.h"
+#include "proto.h"
 
 static bool
 query_once (const char *socket, const char *port, struct server_info *info,
             char *why, size_t len)
 {
-  struct nbd_handle *h = nbd_create ();
-  int64_t size, min, pref;
-  bool ok = false;
+  struct nbd_offer o;
 
-  if (h == NULL) {
-    snprintf (why, len, "%s", nbd_get_error ());
+  if (!nbd_query (socket, port, &o, why, len))
     return false;
-  }
-  if ((socket ? nbd_connect_unix (h, socket)
-              : nbd_connect_tcp (h, "localhost", port)) == -1 ||
-      (size = nbd_get_size (h)) == -1 ||
-      (min = nbd_get_block_size (h, LIBNBD_SIZE_MINIMUM)) == -1 ||
-      (pref = nbd_get_block_size (h, LIBNBD_SIZE_PREFERRED)) == -1)
-    snprintf (why, len, "%s", nbd_get_error ());
-  else {
-    info->size = size;
-    info->block_min = min;
-    info->dio_align = pref;
-    info->readonly = nbd_is_read_only (h) == 1;
-    info->multi_conn = nbd_can_multi_conn (h) == 1;
-    ok = true;
-    nbd_shutdown (h, 0);
-  }
-  nbd_close (h);
-  return ok;
+  info->size = o.size;
+  info->block_min = o.block_min;
+  info->dio_align = o.block_preferred;
+  info->readonly = o.eflags & NBD_FLAG_READ_ONLY;
+  info->multi_conn = o.eflags & NBD_FLAG_CAN_MULTI_CONN;
+  return true;
 }
 
 bool

@@ -1,9 +1,12 @@
 /* pdio detach DEVICE|IMAGE, pdio detach --all: stop the device's
- * supervisor (so that it does not restart the server), disconnect the
- * device over netlink, stop its server by the pid in the record, remove
- * its files from the run directory.  A device that is mounted or held is
- * refused unless --force.  Records whose server or device is gone (stale)
- * are cleaned up as well.
+ * supervisor (so that it does not restart the server), take over the
+ * image's claim from it (an attach of the image waits meanwhile),
+ * disconnect the device over netlink (a device made on demand is then
+ * destroyed by the kernel), stop its server by the pid in the record,
+ * remove its files from the run directory.  A device that is mounted or
+ * held is refused unless --force.  Records whose server or device is gone
+ * (stale) are cleaned up as well; a device whose number the kernel has
+ * given to another attachment since is left alone.
  */
 #include <config.h>
 
@@ -96,6 +99,29 @@ disconnect (const char *device, int idx, bool force)
   return true;
 }
 
+/* The device, its server and its files go. */
+static int
+detach_claimed (const struct detach_opts *o, const struct record *r, int idx)
+{
+  if (device_is_ours (r) && !disconnect (r->device, idx, o->force))
+    return EXIT_FAILED;
+  /* The pid is the server's unless it died and the pid was reused. */
+  if (pid_alive (r->server_pid) && pid_is_server (r->server_pid)) {
+    server_stop (r->server_pid);
+    if (pid_alive (r->server_pid)) {
+      errorf (CMD ": %s: its server, pid %d, does not exit", r->device,
+              (int) r->server_pid);
+      return EXIT_FAILED;
+    }
+  }
+  /* Whoever attaches the image next must not be refused by the lock of a
+   * server that has just exited.
+   */
+  image_lock_free (r->image, 2000);
+  state_remove (r);
+  return EXIT_OK;
+}
+
 static int
 detach_one (const struct detach_opts *o, const struct record *rec)
 {
@@ -103,8 +129,10 @@ detach_one (const struct detach_opts *o, const struct record *rec)
   char why[PATH_MAX + 32];
   struct record fresh;
   const struct record *r = rec;
+  struct claim_holder h;
+  int claim, st;
 
-  if (!o->force && nbd_busy (idx, why, sizeof why)) {
+  if (!o->force && device_is_ours (r) && nbd_busy (idx, why, sizeof why)) {
     errorf (CMD ": %s: is %s: unmount it first (or --force)", r->device,
             why);
     return EXIT_FAILED;
@@ -122,36 +150,36 @@ detach_one (const struct detach_opts *o, const struct record *rec)
     if (record_load_device (r->device, &fresh) == 0)
       r = &fresh;
   }
-  if ((nbd_connected (idx) || nbd_size (idx)) &&
-      !disconnect (r->device, idx, o->force))
-    return EXIT_FAILED;
-  /* The pid is the server's unless it died and the pid was reused. */
-  if (pid_alive (r->server_pid) && pid_is_server (r->server_pid)) {
-    server_stop (r->server_pid);
-    if (pid_alive (r->server_pid)) {
-      errorf (CMD ": %s: its server, pid %d, does not exit", r->device,
-              (int) r->server_pid);
-      return EXIT_FAILED;
-    }
-  }
-  /* Whoever attaches the image next must not be refused by the lock of a
-   * server that has just exited.
+  /* The supervisor let go of it by exiting; anyone else (pdio restart's
+   * new supervisor) keeps it.
    */
-  image_lock_free (r->image, 2000);
-  state_remove (r->device);
-  return EXIT_OK;
+  claim = claim_take (r->name, "detaching", 2000, &h);
+  if (claim >= 0)
+    claim_note (claim, "detaching", r->device);
+  st = detach_claimed (o, r, idx);
+  if (st == EXIT_OK)
+    claim_drop (claim, r->name);
+  else if (claim >= 0)
+    close (claim);
+  return st;
 }
 
 /* The record a DEVICE or IMAGE argument names; NULL with a message. */
 static const struct record *
 find (const char *what, const struct record *recs, size_t n)
 {
-  char real[PATH_MAX];
+  char real[PATH_MAX], name[64] = "";
   int idx = nbd_index (what);
 
+  /* An image by any of its paths (image_name), or by the one attached
+   * if it is gone.
+   */
+  if (idx < 0 && !image_name (what, name, sizeof name))
+    name[0] = '\0';
   for (size_t i = 0; i < n; i++)
     if (idx >= 0 ? nbd_index (recs[i].device) == idx
-                 : (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
+                 : (name[0] && strcmp (recs[i].name, name) == 0) ||
+                   (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
                    strcmp (recs[i].image, what) == 0)
       return &recs[i];
   if (idx >= 0)

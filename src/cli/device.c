@@ -56,35 +56,61 @@ backend_id (const char *image, char *buf, char *why, size_t len)
   return true;
 }
 
-bool
-device_connect (const struct record *r, char *why, size_t len)
+/* The flags a device keeps: a device past nbds_max was made for us and
+ * goes when it is disconnected, so that none pile up; the module's own
+ * nbd0 .. nbd(nbds_max-1) stay, as users of other clients expect.
+ */
+static uint64_t
+keep_flags (const struct record *r)
 {
-  int idx = nbd_index (r->device), fds[MAX_CONNECTIONS];
+  return r->on_demand && !test_break ("no-destroy-flag")
+    ? NBD_CFLAG_DESTROY_ON_DISCONNECT : 0;
+}
+
+bool
+device_connect (struct record *r, char *why, size_t len)
+{
+  int idx = r->device[0] ? nbd_index (r->device) : -1, fds[MAX_CONNECTIONS];
   struct nbd_offer e;
   struct nbdnl_device d;
-  bool ok;
 
   if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
     return false;
   if (r->connections > 1 && !(e.eflags & NBD_FLAG_CAN_MULTI_CONN)) {
     snprintf (why, len, "%s: the server does not advertise multi-conn",
               r->socket);
-    ok = false;
+    idx = -1;
   }
   else {
+    /* Destroyed on disconnect from the start, so that a device the kernel
+     * makes for us cannot outlive us even if we die right after; a
+     * module's device has the flag taken off at once below.
+     */
+    r->on_demand = true;
     d = (struct nbdnl_device) {
       .index = idx, .size = r->size - r->size % r->block_size,
       .block_size = r->block_size, .server_flags = e.eflags,
+      .client_flags = keep_flags (r),
       .timeout = r->timeout, .dead_timeout = r->dead_timeout,
       .backend = test_break ("no-backend") ? NULL : backend_of (r),
     };
-    ok = nbdnl_connect (&d, fds, r->connections, why, len);
+    idx = nbdnl_connect (&d, fds, r->connections, why, len);
   }
   /* The kernel holds its own references to the sockets. */
   for (unsigned i = 0; i < r->connections; i++)
     close (fds[i]);
-  if (!ok)
+  if (idx < 0)
     return false;
+  snprintf (r->device, sizeof r->device, "/dev/nbd%d", idx);
+  r->on_demand = idx >= nbd_nbds_max ();
+  if (!r->on_demand) {
+    const struct nbdnl_change c = {
+      .backend = backend_of (r), .client_flags = keep_flags (r),
+    };
+
+    if (!nbdnl_reconfigure (idx, &c, why, len))
+      return false;
+  }
   for (unsigned t = 0; !(nbd_connected (idx) && nbd_size (idx)); t += 50) {
     if (t >= 10000) {
       snprintf (why, len, "%s: connected over netlink but the device did "
@@ -146,11 +172,15 @@ device_drop_partitions (const char *device)
   }
 }
 
+/* The kernel sets both client flags from what a reconfigure carries:
+ * DESTROY_ON_DISCONNECT is repeated, or it would be dropped.
+ */
 bool
 device_autoclear (const struct record *r, char *why, size_t len)
 {
   const struct nbdnl_change c = {
-    .backend = backend_of (r), .client_flags = NBD_CFLAG_DISCONNECT_ON_CLOSE,
+    .backend = backend_of (r),
+    .client_flags = NBD_CFLAG_DISCONNECT_ON_CLOSE | keep_flags (r),
   };
 
   return nbdnl_reconfigure (nbd_index (r->device), &c, why, len);
@@ -167,6 +197,18 @@ device_connected (int idx)
    * device has a configuration).
    */
   return r >= 0 ? r == 1 : nbd_connected (idx);
+}
+
+bool
+device_is_ours (const struct record *r)
+{
+  char backend[sizeof r->backend];
+  int idx = nbd_index (r->device);
+
+  if (backend_of (r) == NULL)
+    return device_connected (idx);
+  return nbd_backend (idx, backend, sizeof backend) &&
+    strcmp (backend, r->backend) == 0;
 }
 
 bool
@@ -195,6 +237,7 @@ device_reconnect (const struct record *r, char *why, size_t len)
     ok = false;
   }
   else {
+    /* No client flags: the ones the device has stay. */
     const struct nbdnl_change c = {
       .backend = backend_of (r), .fds = fds, .n = r->connections,
       .client_flags = -1,

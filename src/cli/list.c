@@ -1,6 +1,7 @@
 /* pdio list [--json]: what pdio attached, checked against the kernel and
  * the process table, in columns like losetup --list or JSON like
- * losetup --json.  STATUS is "ok" ("ok, unsupervised" once the supervisor
+ * losetup --json; the JSON adds what each device costs in memory (its
+ * server's and supervisor's RSS and PSS, null where they cannot be read).  STATUS is "ok" ("ok, unsupervised" once the supervisor
  * is gone), or says what is stale: "server gone" (its server exited and
  * no supervisor replaces it) or "disconnected" (the device is no longer
  * connected); "pdio detach" cleans up either.  While the supervisor brings a server
@@ -34,14 +35,19 @@ usage (FILE *fp)
 "Show the devices pdio attached: device, image, read-only, connections,\n"
 "block size, direct-I/O alignment, server pid, how often the server was\n"
 "restarted, the image's bytes in the page cache (expected: 0), its size\n"
-"as served (pdio resize changes it) and whether the attachment is alive.\n");
+"as served (pdio resize changes it) and whether the attachment is alive.\n"
+"\n"
+"      --json             as JSON, with the front end (pdio or nbdkit), the\n"
+"                         backend identifier, the supervisor's pid, and the\n"
+"                         memory of the server and of the supervisor (RSS\n"
+"                         and PSS in bytes, from /proc/PID/smaps_rollup)\n"
+"      --noheadings       no header line\n");
 }
 
 static const char *
 status_of (const struct record *r)
 {
   static char buf[sizeof r->reason + 32];
-  int idx = nbd_index (r->device);
   bool supervised = pid_is_supervisor (r->supervisor_pid);
 
   if (r->gave_up) {
@@ -50,7 +56,7 @@ status_of (const struct record *r)
   }
   if (!pid_alive (r->server_pid) || !pid_is_server (r->server_pid))
     return supervised ? "restarting" : "server gone";
-  if (!device_connected (idx))
+  if (!device_is_ours (r))
     return "disconnected";
   return supervised ? "ok" : "ok, unsupervised";
 }
@@ -86,22 +92,18 @@ print_table (const struct row *rows, size_t n, bool headings)
   }
 }
 
-/* A JSON string: the image path may hold quotes, backslashes, controls. */
+/* A process's RSS and PSS in bytes, or null if it cannot be read. */
 static void
-json_string (const char *s)
+json_memory (const char *what, pid_t pid)
 {
-  putchar ('"');
-  for (; *s; s++) {
-    unsigned char c = *s;
+  uint64_t rss, pss;
 
-    if (c == '"' || c == '\\')
-      printf ("\\%c", c);
-    else if (c < 0x20)
-      printf ("\\u%04x", c);
-    else
-      putchar (c);
-  }
-  putchar ('"');
+  if (pid > 0 && proc_memory (pid, &rss, &pss))
+    printf ("         \"%s-rss\": %" PRIu64 ",\n"
+            "         \"%s-pss\": %" PRIu64 ",\n", what, rss, what, pss);
+  else
+    printf ("         \"%s-rss\": null,\n         \"%s-pss\": null,\n",
+            what, what);
 }
 
 static void
@@ -110,11 +112,14 @@ print_json (const struct row *rows, size_t n)
   printf ("{\n   \"nbddevices\": [");
   for (size_t i = 0; i < n; i++) {
     const struct record *r = rows[i].r;
+    pid_t supervisor = pid_is_supervisor (r->supervisor_pid)
+                       ? r->supervisor_pid : 0;
+    pid_t server = pid_is_server (r->server_pid) ? r->server_pid : 0;
 
     printf ("%s\n      {\n         \"name\": ", i ? "," : "");
-    json_string (r->device);
+    json_string (stdout, r->device);
     printf (",\n         \"back-file\": ");
-    json_string (r->image);
+    json_string (stdout, r->image);
     printf (",\n         \"ro\": %s,\n         \"connections\": %u,\n"
             "         \"block-size\": %" PRIu32 ",\n"
             "         \"dio-align\": %" PRIu32 ",\n"
@@ -125,12 +130,14 @@ print_json (const struct row *rows, size_t n)
       printf ("         \"cached\": null,\n");
     else
       printf ("         \"cached\": %" PRId64 ",\n", rows[i].cached);
+    printf ("         \"front-end\": \"%s\",\n",
+            r->nbdkit ? "nbdkit" : "pdio");
+    json_memory ("server", server);
+    json_memory ("supervisor", supervisor);
     printf ("         \"supervisor\": %d,\n         \"restarts\": %u,\n"
-            "         \"reason\": ", pid_is_supervisor (r->supervisor_pid)
-                                      ? (int) r->supervisor_pid : 0,
-            r->restarts);
+            "         \"reason\": ", (int) supervisor, r->restarts);
     if (r->reason[0])
-      json_string (r->reason);
+      json_string (stdout, r->reason);
     else
       printf ("null");
     printf (",\n         \"timeout\": %u,\n         \"dead-timeout\": %u,\n"
@@ -138,13 +145,13 @@ print_json (const struct row *rows, size_t n)
             r->autoclear ? "true" : "false");
     printf ("         \"backend\": ");
     if (r->backend[0])
-      json_string (r->backend);
+      json_string (stdout, r->backend);
     else
       printf ("null");
     printf (",\n         \"socket\": ");
-    json_string (r->socket);
+    json_string (stdout, r->socket);
     printf (",\n         \"status\": ");
-    json_string (rows[i].status);
+    json_string (stdout, rows[i].status);
     printf ("\n      }");
   }
   printf ("%s]\n}\n", n ? "\n   " : "");

@@ -168,15 +168,21 @@ attach (const struct mount_opts *o, char *device, size_t len)
   return true;
 }
 
-static void
-mark_autoclear (const char *device)
+/* Autoclear armed, and noted in the record for umount.pdio. */
+static bool
+arm_autoclear (const char *device, char *why, size_t len)
 {
   struct record r;
 
-  if (record_load_device (device, &r) == 0) {
-    r.autoclear = true;
-    record_write (&r);
+  if (record_load_device (device, &r) == -1) {
+    snprintf (why, len, "no record of it in %s", rundir ());
+    return false;
   }
+  if (!device_autoclear (&r, why, len))
+    return false;
+  r.autoclear = true;
+  record_write (&r);
+  return true;
 }
 
 static int
@@ -242,21 +248,12 @@ cmd_mount (int argc, char **argv)
     return MOUNT_EX_FAIL;
   }
   if (!test_break ("no-autoclear")) {
-    struct record rec;
-
-    if (record_load_device (device, &rec) == -1) {
-      errorf (CMD ": %s: attached, but pdio has no record of it (pdio "
-              "detach %s)", device, device);
-      close (fd);
-      return MOUNT_EX_FAIL;
-    }
-    if (!device_autoclear (&rec, why, sizeof why)) {
+    if (!arm_autoclear (device, why, sizeof why)) {
       errorf (CMD ": %s: cannot arm autoclear: %s (pdio detach %s)", device,
               why, device);
       close (fd);
       return MOUNT_EX_FAIL;
     }
-    mark_autoclear (device);
   }
   r = run_mount (&o, device);
   /* Mounted, the filesystem holds the device; if not, this close is its

@@ -96,7 +96,8 @@ transact (struct nl_sock *s, struct nl_msg *m, const char *what,
   return true;
 }
 
-/* A command for nbd<index>: the family's socket in *sp and a message with
+/* A command for nbd<index> (index -1: none named, NBD_CMD_CONNECT lets the
+ * kernel pick): the family's socket in *sp and a message with
  * NBD_ATTR_INDEX put, or NULL (why says so, nothing left to free).
  */
 static struct nl_msg *
@@ -110,7 +111,8 @@ begin_command (uint8_t cmd, const char *what, int index, struct nl_sock **sp,
   if (*sp == NULL)
     return NULL;
   m = new_msg (family, cmd);
-  if (m == NULL || nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0) {
+  if (m == NULL ||
+      (index >= 0 && nla_put_u32 (m, NBD_ATTR_INDEX, index) < 0)) {
     snprintf (why, len, "netlink: cannot build %s", what);
     nlmsg_free (m);
     nl_socket_free (*sp);
@@ -137,30 +139,54 @@ end_command (struct nl_sock *s, struct nl_msg *m, bool built,
   return ok;
 }
 
-bool
+/* The kernel answers a connect with the device's index. */
+static int
+connect_cb (struct nl_msg *m, void *arg)
+{
+  int *index = arg;
+  struct nlattr *attrs[NBD_ATTR_MAX + 1];
+
+  if (genlmsg_parse (nlmsg_hdr (m), 0, attrs, NBD_ATTR_MAX, NULL) == 0 &&
+      attrs[NBD_ATTR_INDEX])
+    *index = nla_get_u32 (attrs[NBD_ATTR_INDEX]);
+  return NL_OK;
+}
+
+int
 nbdnl_connect (const struct nbdnl_device *d, const int *fds, unsigned n,
-            char *why, size_t len)
+               char *why, size_t len)
 {
   const char *what = "NBD_CMD_CONNECT";
   struct nl_sock *s;
   struct nl_msg *m = begin_command (NBD_CMD_CONNECT, what, d->index, &s,
                                     why, len);
+  int index = -1;
 
-  return m != NULL &&
-    end_command (s, m,
-                 nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, d->size) >= 0 &&
-                 nla_put_u64 (m, NBD_ATTR_BLOCK_SIZE_BYTES,
-                              d->block_size) >= 0 &&
-                 nla_put_u64 (m, NBD_ATTR_SERVER_FLAGS,
-                              d->server_flags) >= 0 &&
-                 nla_put_u64 (m, NBD_ATTR_TIMEOUT, d->timeout) >= 0 &&
-                 nla_put_u64 (m, NBD_ATTR_DEAD_CONN_TIMEOUT,
-                              d->dead_timeout) >= 0 &&
-                 (d->backend == NULL ||
-                  nla_put_string (m, NBD_ATTR_BACKEND_IDENTIFIER,
-                                  d->backend) >= 0) &&
-                 put_sockets (m, fds, n) >= 0,
-                 what, NULL, NULL, why, len);
+  if (m == NULL ||
+      !end_command (s, m,
+                    nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, d->size) >= 0 &&
+                    nla_put_u64 (m, NBD_ATTR_BLOCK_SIZE_BYTES,
+                                 d->block_size) >= 0 &&
+                    nla_put_u64 (m, NBD_ATTR_SERVER_FLAGS,
+                                 d->server_flags) >= 0 &&
+                    nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS,
+                                 d->client_flags) >= 0 &&
+                    nla_put_u64 (m, NBD_ATTR_TIMEOUT, d->timeout) >= 0 &&
+                    nla_put_u64 (m, NBD_ATTR_DEAD_CONN_TIMEOUT,
+                                 d->dead_timeout) >= 0 &&
+                    (d->backend == NULL ||
+                     nla_put_string (m, NBD_ATTR_BACKEND_IDENTIFIER,
+                                     d->backend) >= 0) &&
+                    put_sockets (m, fds, n) >= 0,
+                    what, connect_cb, &index, why, len))
+    return -1;
+  /* Without an answer it can only be the device asked for. */
+  if (index < 0)
+    index = d->index;
+  if (index < 0)
+    snprintf (why, len, "netlink %s: the kernel did not say which device "
+              "it connected", what);
+  return index;
 }
 
 bool

@@ -1,14 +1,21 @@
 /* The client side of the NBD handshake (the NBD project's doc/proto.md,
  * in the wire format of src/protocol/proto.h, which pdio's server speaks
- * too): the kernel takes sockets that are already in the transmission
- * phase, so pdio negotiates them itself.  Fixed newstyle, NBD_OPT_GO for the default
- * export (""), asking for NBD_INFO_BLOCK_SIZE: the preferred block size is
- * pdio's direct-I/O alignment, the kernel's logical block size.  No
- * structured replies: the kernel's client does not speak them.
+ * too), for two uses:
+ *  - the kernel takes sockets that are already in the transmission phase,
+ *    so pdio negotiates them itself: NBD_OPT_GO;
+ *  - attach and serve --nbdkit ask a running server what it offers:
+ *    NBD_OPT_INFO, then NBD_OPT_ABORT, so the server never starts serving
+ *    the connection.
+ * Fixed newstyle, the default export (""), asking for NBD_INFO_BLOCK_SIZE:
+ * the preferred block size is pdio's direct-I/O alignment, the kernel's
+ * logical block size.  No structured replies: the kernel's client does not
+ * speak them.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <limits.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -91,6 +98,35 @@ connect_unix (const char *path, char *why, size_t len)
   return fd;
 }
 
+/* localhost:port, as nbd_connect_tcp did: every address localhost has,
+ * in getaddrinfo's order (pdio serve --port listens on both families).
+ */
+static int
+connect_tcp (const char *port, char *why, size_t len)
+{
+  const struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+  struct addrinfo *ai, *a;
+  int fd = -1, r;
+
+  r = getaddrinfo ("localhost", port, &hints, &ai);
+  if (r != 0) {
+    snprintf (why, len, "localhost:%s: %s", port, gai_strerror (r));
+    return -1;
+  }
+  for (a = ai; a && fd == -1; a = a->ai_next) {
+    fd = socket (a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && connect (fd, a->ai_addr, a->ai_addrlen) == -1) {
+      snprintf (why, len, "connect localhost:%s: %m", port);
+      close (fd);
+      fd = -1;
+    }
+    else if (fd == -1)
+      snprintf (why, len, "socket: %m");
+  }
+  freeaddrinfo (ai);
+  return fd;
+}
+
 static bool
 send_option (int fd, uint32_t opt, const void *data, uint32_t n)
 {
@@ -100,10 +136,20 @@ send_option (int fd, uint32_t opt, const void *data, uint32_t n)
   return xwrite (fd, h, sizeof h) && (n == 0 || xwrite (fd, data, n));
 }
 
-/* Reads replies to NBD_OPT_GO until NBD_REP_ACK, filling o. */
-static bool
-read_go_replies (int fd, struct nbd_offer *o, char *why, size_t len)
+static const char *
+option_name (uint32_t opt)
 {
+  return opt == NBD_OPT_GO ? "NBD_OPT_GO" : "NBD_OPT_INFO";
+}
+
+/* Reads the replies to NBD_OPT_GO or NBD_OPT_INFO until NBD_REP_ACK,
+ * filling o.
+ */
+static bool
+read_info_replies (int fd, uint32_t want, struct nbd_offer *o, char *why,
+                   size_t len)
+{
+  const char *name = option_name (want);
   bool have_export = false;
 
   for (;;) {
@@ -111,22 +157,23 @@ read_go_replies (int fd, struct nbd_offer *o, char *why, size_t len)
     uint32_t opt, type, n;
 
     if (!xread (fd, r, sizeof r)) {
-      snprintf (why, len, "reading the reply to NBD_OPT_GO: %m");
+      snprintf (why, len, "reading the reply to %s: %m", name);
       return false;
     }
     if (!nbd_parse_option_reply (r, &opt, &type, &n) ||
-        opt != NBD_OPT_GO || n > sizeof data) {
-      snprintf (why, len, "bad reply to NBD_OPT_GO (magic %#llx, option %u, "
-                "length %u)", (unsigned long long) nbd_get64 (r), opt, n);
+        opt != want || n > sizeof data) {
+      snprintf (why, len, "bad reply to %s (magic %#llx, option %u, "
+                "length %u)", name, (unsigned long long) nbd_get64 (r), opt,
+                n);
       return false;
     }
     if (!xread (fd, data, n)) {
-      snprintf (why, len, "reading the reply to NBD_OPT_GO: %m");
+      snprintf (why, len, "reading the reply to %s: %m", name);
       return false;
     }
     if (type & NBD_REP_ERR_BIT) {
-      snprintf (why, len, "the server refused NBD_OPT_GO (error %#x)%s%.*s",
-                type, n ? ": " : "", (int) n, (char *) data);
+      snprintf (why, len, "the server refused %s (error %#x)%s%.*s",
+                name, type, n ? ": " : "", (int) n, (char *) data);
       return false;
     }
     if (type == NBD_REP_ACK) {
@@ -155,48 +202,92 @@ read_go_replies (int fd, struct nbd_offer *o, char *why, size_t len)
   }
 }
 
-int
-nbd_handshake (const char *socket, struct nbd_offer *o, char *why,
-               size_t len)
+/* The greeting, then opt (NBD_OPT_GO or NBD_OPT_INFO) for the default
+ * export with its replies; where names the server in messages.
+ */
+static bool
+negotiate (int fd, const char *where, uint32_t opt, struct nbd_offer *o,
+           char *why, size_t len)
 {
   uint8_t hello[18], cflags[4];
-  uint8_t go[4 + 2 + 2];        /* name length 0, "", 1 request */
+  uint8_t info[4 + 2 + 2];      /* name length 0, "", 1 request */
   uint16_t sflags;
-  int fd = connect_unix (socket, why, len);
+  char reason[256];
 
-  if (fd == -1)
-    return -1;
   *o = (struct nbd_offer) { .size = 0 };
-  set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
   if (!xread (fd, hello, sizeof hello)) {
-    snprintf (why, len, "%s: reading the server's greeting: %m", socket);
-    goto fail;
+    snprintf (why, len, "%s: reading the server's greeting: %m", where);
+    return false;
   }
   sflags = nbd_get16 (hello + 16);
   if (nbd_get64 (hello) != NBD_MAGIC || nbd_get64 (hello + 8) != NBD_IHAVEOPT ||
       !(sflags & NBD_FLAG_FIXED_NEWSTYLE)) {
-    snprintf (why, len, "%s: not a fixed-newstyle NBD server", socket);
-    goto fail;
+    snprintf (why, len, "%s: not a fixed-newstyle NBD server", where);
+    return false;
   }
   nbd_put32 (cflags, NBD_FLAG_C_FIXED_NEWSTYLE |
                      (sflags & NBD_FLAG_NO_ZEROES ? NBD_FLAG_C_NO_ZEROES : 0));
-  memset (go, 0, sizeof go);
-  nbd_put16 (go + 4, 1);        /* one information request ... */
-  nbd_put16 (go + 6, NBD_INFO_BLOCK_SIZE);      /* ... for the block sizes */
+  memset (info, 0, sizeof info);
+  nbd_put16 (info + 4, 1);      /* one information request ... */
+  nbd_put16 (info + 6, NBD_INFO_BLOCK_SIZE);    /* ... for the block sizes */
   if (!xwrite (fd, cflags, sizeof cflags) ||
-      !send_option (fd, NBD_OPT_GO, go, sizeof go)) {
-    snprintf (why, len, "%s: sending NBD_OPT_GO: %m", socket);
-    goto fail;
+      !send_option (fd, opt, info, sizeof info)) {
+    snprintf (why, len, "%s: sending %s: %m", where, option_name (opt));
+    return false;
   }
-  if (!read_go_replies (fd, o, why, len))
-    goto fail;
+  if (!read_info_replies (fd, opt, o, reason, sizeof reason)) {
+    snprintf (why, len, "%s: %s", where, reason);
+    return false;
+  }
+  return true;
+}
+
+int
+nbd_handshake (const char *socket, struct nbd_offer *o, char *why,
+               size_t len)
+{
+  int fd = connect_unix (socket, why, len);
+
+  if (fd == -1)
+    return -1;
+  set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
+  if (!negotiate (fd, socket, NBD_OPT_GO, o, why, len)) {
+    close (fd);
+    return -1;
+  }
   /* The kernel reads and writes this socket with its own timeouts. */
   set_timeouts (fd, 0);
   return fd;
+}
 
- fail:
+bool
+nbd_query (const char *socket, const char *port, struct nbd_offer *o,
+           char *why, size_t len)
+{
+  char where[PATH_MAX + 16];
+  int fd = socket ? connect_unix (socket, why, len)
+                  : connect_tcp (port, why, len);
+  bool ok;
+
+  if (fd == -1)
+    return false;
+  if (socket)
+    snprintf (where, sizeof where, "%s", socket);
+  else
+    snprintf (where, sizeof where, "localhost:%s", port);
+  set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
+  ok = negotiate (fd, where, NBD_OPT_INFO, o, why, len);
+  if (ok) {
+    uint8_t ack[NBD_OPTION_REPLY_LEN];
+
+    /* Waiting for the server's ACK lets it close first: it never writes
+     * to a socket we already closed, so it has nothing to complain of.
+     */
+    if (send_option (fd, NBD_OPT_ABORT, NULL, 0))
+      (void) xread (fd, ack, sizeof ack);
+  }
   close (fd);
-  return -1;
+  return ok;
 }
 
 bool

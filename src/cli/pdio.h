@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* Exit codes (documented in pdio(1) and --help). */
@@ -117,6 +118,19 @@ extern bool pid_is_server (pid_t pid);
 /* The process's comm, without the newline, in comm; false if none. */
 extern bool proc_comm (pid_t pid, char *comm, size_t len);
 
+/* --- procmem.c: what a process holds ------------------------------------- */
+/* Its RSS and PSS in bytes (/proc/PID/smaps_rollup); false if they cannot
+ * be read (gone, or not ours to look at).
+ */
+extern bool proc_memory (pid_t pid, uint64_t *rss, uint64_t *pss);
+
+/* --- json.c: JSON output -------------------------------------------------- */
+/* s as a JSON string, quotes included: escapes what JSON needs, controls
+ * and DEL as \u00XX; valid UTF-8 as is, any other byte as \udcXX (as
+ * Python's os.fsdecode, so the bytes can be recovered).
+ */
+extern void json_string (FILE *fp, const char *s);
+
 /* --- sysfs.c: /dev/nbdN as the kernel sees it ---------------------------- */
 extern bool nbd_driver_present (void);
 /* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
@@ -125,8 +139,15 @@ extern bool nbd_exists (int idx);
 /* Connected: the kernel has a client task for it (/sys/block/nbdN/pid). */
 extern bool nbd_connected (int idx);
 extern uint64_t nbd_size (int idx);
-/* The lowest nbdN that exists, is not connected and is not in use[], or -1. */
-extern int nbd_first_free (const bool *in_use, size_t n_in_use);
+/* The module's nbds_max: nbd0 .. nbd(nbds_max-1) exist from the start
+ * and stay; a device past them was made on demand.  16 if unknown (the
+ * module's default).
+ */
+extern int nbd_nbds_max (void);
+/* /sys/block/nbdN/backend, present while the device is configured: the
+ * identifier it was connected with, into buf; false if none.
+ */
+extern bool nbd_backend (int idx, char *buf, size_t len);
 /* Non-zero if the device or a partition of it is mounted or held (by
  * device-mapper, md...): what describes where, in buf.
  */
@@ -135,6 +156,22 @@ extern bool nbd_busy (int idx, char *buf, size_t len);
 /* --- state.c: the run directory ------------------------------------------ */
 struct record {
   char device[32];              /* /dev/nbdN */
+  /* The attachment's name, after the image's identity (image_name):
+   * the server's socket, pid file and log are RUNDIR/NAME.*, made before
+   * the kernel picks the device.  Records of an older pdio have none:
+   * their files are nbdN.*, and record_read sets name to "nbdN".
+   */
+  char name[64];
+  /* What the device was connected with (NBD_ATTR_BACKEND_IDENTIFIER,
+   * /sys/block/nbdN/backend): the image's identity (backend_id), which
+   * only this attachment can have while it lives (one attachment per
+   * image: claim.c), so that a device number the kernel has given to
+   * another attachment since is never taken for this one.  Every
+   * NBD_CMD_RECONFIGURE repeats it.  "" in records of an older pdio, or
+   * attached without one.
+   */
+  char backend[BACKEND_ID_MAX];
+  bool on_demand;               /* past nbds_max: destroyed on disconnect */
   char image[PATH_MAX];         /* realpath */
   char socket[PATH_MAX];
   bool readonly;
@@ -145,8 +182,6 @@ struct record {
   uint64_t size;                /* the image's, as served (pdio resize
                                    changes it); the device has it rounded
                                    down to block_size */
-  char backend[BACKEND_ID_MAX]; /* the image's identity, as the kernel
-                                   has it; "" if attached without one */
   pid_t server_pid;
   /* The supervisor, and what it has done. */
   pid_t supervisor_pid;
@@ -162,13 +197,20 @@ struct record {
   char plugin[PATH_MAX];        /* with nbdkit: the plugin */
   unsigned threads;             /* pdio serve: worker threads */
 };
-/* Creates the run directory and takes its lock: attach and detach hold it
- * for their whole run so that two of them never pick the same device.
- * Returns the lock's fd (close it to release) or -1.
+/* Creates the run directory and takes its lock, which orders the changes
+ * of device numbers: attach holds it from NBD_CMD_CONNECT until the
+ * record is written, detach for its whole run, a supervisor while it
+ * removes the state of a device that went away.  So a number the kernel
+ * hands out again is never in two attachments' hands at once.  Returns
+ * the lock's fd (close it to release) or -1.
  */
 extern int state_lock (const char *cmd);
-/* "RUNDIR/nbdN.EXT" for a device "/dev/nbdN". */
-extern void state_path (const char *device, const char *ext, char *buf,
+/* The same without a message, for up to ms; -1 if not had then. */
+extern int state_lock_within (unsigned ms);
+/* "RUNDIR/BASE.EXT" for BASE "/dev/nbdN" (-> nbdN) or an attachment's
+ * name.
+ */
+extern void state_path (const char *base, const char *ext, char *buf,
                         size_t len);
 extern int record_write (const struct record *r);
 /* Every record, sorted by device number; *n is set.  NULL with *n = 0 if
@@ -182,10 +224,37 @@ extern int record_load_device (const char *device, struct record *r);
  */
 extern bool record_find (const char *cmd, const char *what,
                          struct record *out);
-/* Removes every file of the device in the run directory: socket, pid
- * file, logs and record.  The one place that does.
+/* Removes every file of the attachment in the run directory but its
+ * claim: socket, pid file, logs and record.  The one place that does.
  */
-extern void state_remove (const char *device);
+extern void state_remove (const struct record *r);
+
+/* --- claim.c: one attachment per image ----------------------------------- */
+/* An image's identity, as a file name: "img-DEV-INO" for a file (any path
+ * or hard link to it), "blk-MAJ-MIN" for a block device.  false (errno
+ * set) if it cannot be stat'ed.
+ */
+extern bool image_name (const char *image, char *name, size_t len);
+/* Who holds a claim: the process, and the device once it has one. */
+struct claim_holder {
+  pid_t pid;
+  char device[32];              /* "" while attaching */
+  char doing[16];               /* "attached", "attaching", "detaching" */
+};
+/* Claims the image NAME: a write lock (fcntl, so the kernel names its
+ * holder) on RUNDIR/NAME.claim, held by one process for as long as an
+ * attachment of the image lives: attach's child, which stays as the
+ * supervisor, or a detach tearing it down.  It goes with its process,
+ * however that ends: never stale.  Waits up to wait_ms while the holder
+ * is attaching or detaching; an fd, or -1 with *h naming the holder
+ * (h->pid 0: an error, printed).
+ */
+extern int claim_take (const char *name, const char *doing, unsigned wait_ms,
+                       struct claim_holder *h);
+/* What the holder is doing and on which device, for the others. */
+extern void claim_note (int fd, const char *doing, const char *device);
+/* Removes the claim file and lets go (the attachment is gone). */
+extern void claim_drop (int fd, const char *name);
 
 /* --- negotiate.c: the client side of the NBD handshake ------------------- */
 /* What a server's replies to NBD_OPT_GO offered. */
@@ -205,22 +274,30 @@ extern int nbd_handshake (const char *socket, struct nbd_offer *o,
  */
 extern bool nbd_handshake_n (const char *socket, unsigned n, int *fds,
                              struct nbd_offer *o, char *why, size_t len);
+/* What the server on the unix socket, or on localhost:port if socket is
+ * NULL, offers (NBD_OPT_INFO), leaving no connection behind.  false with
+ * why set.
+ */
+extern bool nbd_query (const char *socket, const char *port,
+                       struct nbd_offer *o, char *why, size_t len);
 
 /* --- nbd_netlink.c: the driver's generic netlink family ------------------ */
 struct nbdnl_device {
-  int index;
+  int index;                    /* -1: the kernel picks or makes one */
   uint64_t size;
   uint32_t block_size;
   uint64_t server_flags;
   unsigned timeout;             /* request timeout, seconds */
   unsigned dead_timeout;        /* NBD_ATTR_DEAD_CONN_TIMEOUT, seconds */
+  uint64_t client_flags;        /* NBD_CFLAG_* */
   const char *backend;          /* NBD_ATTR_BACKEND_IDENTIFIER, or NULL */
 };
 /* NBD_CMD_CONNECT with fds[0..n); the kernel owns them on success (close
- * ours afterwards either way).  false with why set.
+ * ours afterwards either way).  The device's index (the kernel's answer:
+ * the one asked for, or the one it picked), or -1 with why set.
  */
-extern bool nbdnl_connect (const struct nbdnl_device *d, const int *fds,
-                           unsigned n, char *why, size_t len);
+extern int nbdnl_connect (const struct nbdnl_device *d, const int *fds,
+                          unsigned n, char *why, size_t len);
 extern bool nbdnl_disconnect (int index, char *why, size_t len);
 /* NBD_CMD_RECONFIGURE of a connected device.  Once a device has a backend
  * identifier, the kernel refuses (EINVAL) a reconfigure that does not
@@ -230,7 +307,10 @@ struct nbdnl_change {
   const char *backend;          /* as given at connect, or NULL if none */
   const int *fds;               /* fresh sockets for the dead connections */
   unsigned n;                   /* (extra ones are refused and closed) */
-  int64_t client_flags;         /* autoclear; -1 leaves them alone */
+  /* -1 leaves them alone; given, they replace both DISCONNECT_ON_CLOSE
+   * and DESTROY_ON_DISCONNECT.
+   */
+  int64_t client_flags;
   uint64_t size;                /* NBD_ATTR_SIZE_BYTES; 0 leaves it */
 };
 extern bool nbdnl_reconfigure (int index, const struct nbdnl_change *c,
@@ -249,10 +329,13 @@ extern int nbdnl_events_fd (struct nl_sock *s);
 extern int nbdnl_events_read (struct nl_sock *s);
 
 /* --- device.c: /dev/nbdN connected by pdio ------------------------------- */
-/* Handshakes r->connections sockets on r->socket and connects r->device
- * with r's size, block size and timeouts; waits for it to come up.
+/* Handshakes r->connections sockets on r->socket and connects a device
+ * with r's size, block size, timeouts and backend: r->device if set, else
+ * the one the kernel picks or makes (set in r->device).  A device past
+ * nbds_max is destroyed when it is disconnected (r->on_demand).  Waits
+ * for it to come up.
  */
-extern bool device_connect (const struct record *r, char *why, size_t len);
+extern bool device_connect (struct record *r, char *why, size_t len);
 /* Fresh connections for a live device (after a restart, or a dead link);
  * the server must serve at least the device's size.
  */
@@ -280,11 +363,14 @@ extern void device_settle (void);
 /* After a disconnect: nbdNp1... go away. */
 extern void device_drop_partitions (const char *device);
 /* The device disconnects when its last opener closes it. */
-extern bool device_autoclear (const struct record *r, char *why,
-                              size_t len);
+extern bool device_autoclear (const struct record *r, char *why, size_t len);
 extern bool device_disconnect (const char *device, char *why, size_t len);
 /* NBD_CMD_STATUS: the device has a configuration (sysfs if no netlink). */
 extern bool device_connected (int idx);
+/* The device is connected as r's attachment: the backend it was
+ * connected with is r's (for a record without one: connected at all).
+ */
+extern bool device_is_ours (const struct record *r);
 
 /* --- server_cmd.c: how an attachment's server is run --------------------- */
 struct server_opts {
@@ -349,8 +435,8 @@ struct server_info {
  */
 extern pid_t server_start (const struct server_opts *o, const char *log,
                            char *why, size_t len);
-/* Connects with libnbd (to the unix socket, or to localhost:port if socket
- * is NULL) until it answers, for up to ms.
+/* Asks the server (nbd_query: on the unix socket, or on localhost:port if
+ * socket is NULL) until it answers, for up to ms.
  */
 extern bool server_query (const char *socket, const char *port, unsigned ms,
                           struct server_info *info, char *why, size_t len);
@@ -385,12 +471,14 @@ extern int serve_native (const struct native_serve *o);
 /* Runs in attach's child once the device is connected: writes a byte on
  * notify_fd once stdout is let go, then supervises; never returns.  so is
  * how attach started the server (front end, programs, threads); image,
- * socket, pid file and read-only come from the record.  adopt: started by
- * pdio restart because the device's supervisor is gone; it records itself
- * and first replaces the server with a child of its own.
+ * socket, pid file and read-only come from the record.  claim: the
+ * image's claim (claim.c), held until the device is gone.  adopt: started
+ * by pdio restart because the device's supervisor is gone; it records
+ * itself, claims the image and first replaces the server with a child of
+ * its own.
  */
 extern void supervise (const struct record *r, const struct server_opts *so,
-                       int notify_fd, bool adopt)
+                       int notify_fd, int claim, bool adopt)
   __attribute__ ((noreturn));
 /* The process is a supervisor (comm "pdio-supervise"): the pid in a
  * record was not reused.

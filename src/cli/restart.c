@@ -80,7 +80,7 @@ start_supervisor (const char *cmd, struct record *r)
     }
     return true;
   }
-  state_path (r->device, "pid", pidfile, sizeof pidfile);
+  state_path (r->name, "pid", pidfile, sizeof pidfile);
   if (pipe2 (p, O_CLOEXEC) == -1) {
     errorf ("%s: pipe: %m", cmd);
     close (lock);
@@ -101,7 +101,7 @@ start_supervisor (const char *cmd, struct record *r)
     close (lock);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    supervise (r, &so, p[1], true);
+    supervise (r, &so, p[1], -1, true);
   }
   close (p[1]);
   if (read (p[0], &c, 1) != 1) {

@@ -1,9 +1,12 @@
-/* The run directory (/run/pdio): per attached device nbdN, the server's
- * socket nbdN.sock, its pid file nbdN.pid, its log nbdN.log (the previous
- * server's in nbdN.log.prev), the supervisor's log nbdN.supervisor.log and
- * a record nbdN.rec of "key=value" lines, so that list and detach know
- * what attach did.  The directory's "lock" file serialises attach and
- * detach.
+/* The run directory (/run/pdio).  Per attachment, named after the image
+ * (NAME, image_name in claim.c), because they exist before the kernel
+ * picks the device: the image's claim NAME.claim, the server's socket
+ * NAME.sock, its pid file NAME.pid and its log NAME.log (the previous
+ * server's in NAME.log.prev).  Named after the device once it is
+ * connected: the supervisor's log nbdN.supervisor.log and a record
+ * nbdN.rec of "key=value" lines, so that list and detach know what attach
+ * did.  The directory's "lock" file orders the changes of device numbers
+ * (state_lock in pdio.h).
  */
 #include <config.h>
 
@@ -44,12 +47,32 @@ state_lock (const char *cmd)
   return fd;
 }
 
-void
-state_path (const char *device, const char *ext, char *buf, size_t len)
+int
+state_lock_within (unsigned ms)
 {
-  const char *base = strrchr (device, '/');
+  char path[PATH_MAX];
+  int fd;
 
-  snprintf (buf, len, "%s/%s.%s", rundir (), base ? base + 1 : device, ext);
+  snprintf (path, sizeof path, "%s/lock", rundir ());
+  fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  for (unsigned t = 0; fd >= 0; t += 50) {
+    if (flock (fd, LOCK_EX | LOCK_NB) == 0)
+      return fd;
+    if (t >= ms)
+      break;
+    msleep (50);
+  }
+  if (fd >= 0)
+    close (fd);
+  return -1;
+}
+
+void
+state_path (const char *base, const char *ext, char *buf, size_t len)
+{
+  const char *slash = strrchr (base, '/');
+
+  snprintf (buf, len, "%s/%s.%s", rundir (), slash ? slash + 1 : base, ext);
 }
 
 int
@@ -75,6 +98,8 @@ record_write (const struct record *r)
            r->restarts, r->reason, r->gave_up);
   fprintf (fp, "frontend=%s\nplugin=%s\nthreads=%u\n",
            r->nbdkit ? "nbdkit" : "native", r->plugin, r->threads);
+  fprintf (fp, "name=%s\nbackend=%s\non_demand=%d\n", r->name, r->backend,
+           r->on_demand);
   if (fclose (fp) == EOF || rename (tmp, path) == -1) {
     unlink (tmp);
     return -1;
@@ -125,6 +150,12 @@ set_field (struct record *r, const char *key, const char *value)
     snprintf (r->plugin, sizeof r->plugin, "%s", value);
   else if (strcmp (key, "threads") == 0)
     r->threads = strtoul (value, NULL, 10);
+  else if (strcmp (key, "name") == 0)
+    snprintf (r->name, sizeof r->name, "%s", value);
+  else if (strcmp (key, "backend") == 0)
+    snprintf (r->backend, sizeof r->backend, "%s", value);
+  else if (strcmp (key, "on_demand") == 0)
+    r->on_demand = atoi (value) != 0;
 }
 
 static int
@@ -147,7 +178,12 @@ record_read (const char *path, struct record *r)
   }
   fclose (fp);
   /* A record without a device is not one of ours. */
-  return nbd_index (r->device) >= 0 ? 0 : -1;
+  if (nbd_index (r->device) < 0)
+    return -1;
+  /* An older pdio named the attachment's files after the device. */
+  if (r->name[0] == '\0')
+    snprintf (r->name, sizeof r->name, "%s", r->device + 5);
+  return 0;
 }
 
 int
@@ -224,18 +260,22 @@ records_load (size_t *n)
 }
 
 /* The record goes last: whatever an interruption leaves, detach finds it
- * by its record.
+ * by its record.  The claim file is the caller's (claim_drop).
  */
 void
-state_remove (const char *device)
+state_remove (const struct record *r)
 {
-  static const char *const exts[] = {
-    "sock", "pid", "log", "log.prev", "supervisor.log", "rec",
-  };
+  static const char *const named[] = { "sock", "pid", "log", "log.prev" };
   char path[PATH_MAX];
 
-  for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
-    state_path (device, exts[i], path, sizeof path);
+  for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+    state_path (r->name, named[i], path, sizeof path);
     unlink (path);
   }
+  if (r->device[0] == '\0')
+    return;                     /* a failed attach, before the kernel's pick */
+  state_path (r->device, "supervisor.log", path, sizeof path);
+  unlink (path);
+  state_path (r->device, "rec", path, sizeof path);
+  unlink (path);
 }

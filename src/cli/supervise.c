@@ -14,8 +14,12 @@
  *
  * If the supervisor dies, the device keeps working (nothing it holds is
  * on the data path) and pdio detach still cleans up from the record.
- * When the device goes away under it (autoclear, or a detach by other
- * means) it stops the server, removes the state and exits.
+ * It holds the image's claim (claim.c) for the device's life.  When the
+ * device goes away under it (autoclear, or a detach by other means) it
+ * stops the server, removes the state and exits.  "The device" is the
+ * one connected with this attachment's backend identifier: once
+ * disconnected, its number may be given to another attachment at once,
+ * and that one is not ours to watch, restart or clean up after.
  */
 #include <config.h>
 
@@ -50,6 +54,7 @@ struct sup {
   char pidfile[PATH_MAX], log[PATH_MAX];
   int idx;
   struct nl_sock *ev;
+  int claim;                    /* the image's claim, or -1 */
   bool restart_requested;
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
@@ -123,25 +128,30 @@ set_reason (struct sup *s, const char *fmt, ...)
 
 /* What other commands change in the record: mount.pdio sets autoclear
  * after attach, pdio resize the size.  A reconnect must expect the size
- * the device has now, not the one it had at attach.
+ * the device has now, not the one it had at attach.  false if the record
+ * at the device's number is another attachment's.
  */
-static void
+static bool
 refresh (struct sup *s)
 {
   struct record cur;
 
-  if (test_break ("supervisor-stale-size"))
-    return;
-  if (record_load_device (s->rec.device, &cur) == 0) {
-    s->rec.autoclear = cur.autoclear;
+  if (record_load_device (s->rec.device, &cur) != 0)
+    return true;
+  /* The number went to another attachment: its record is not ours. */
+  if (strcmp (cur.backend, s->rec.backend) != 0)
+    return false;
+  s->rec.autoclear = cur.autoclear;
+  if (!test_break ("supervisor-stale-size"))
     s->rec.size = cur.size;
-  }
+  return true;
 }
 
 static void
 save (struct sup *s)
 {
-  refresh (s);
+  if (!refresh (s))
+    return;
   if (record_write (&s->rec) == -1)
     say ("cannot write the record of %s: %m", s->rec.device);
 }
@@ -360,11 +370,18 @@ link_dead (struct sup *s)
 }
 
 /* The device is gone (autoclear, or disconnected by other means): so is
- * the reason to serve it.
+ * the reason to serve it.  Its number may already be another
+ * attachment's: the device's files are removed only while the record is
+ * still ours, under the run directory's lock (which an attach holds from
+ * connecting to writing its record), waited for up to lock_ms: a detach
+ * that holds it cleans up itself.
  */
 static void __attribute__ ((noreturn))
-device_gone (struct sup *s)
+device_gone (struct sup *s, unsigned lock_ms)
 {
+  struct record cur, mine = s->rec;
+  int lock;
+
   say ("%s is no longer connected: stopping server pid %d and exiting",
        s->rec.device, (int) s->rec.server_pid);
   if (s->rec.server_pid > 0) {
@@ -372,8 +389,17 @@ device_gone (struct sup *s)
     waitpid (s->rec.server_pid, NULL, WNOHANG);
   }
   image_lock_free (s->rec.image, 2000);
-  device_drop_partitions (s->rec.device);
-  state_remove (s->rec.device);
+  lock = state_lock_within (lock_ms);
+  if (lock >= 0 && !nbd_connected (s->idx))
+    device_drop_partitions (s->rec.device);
+  if (lock == -1 ||
+      (record_load_device (s->rec.device, &cur) == 0 &&
+       strcmp (cur.backend, s->rec.backend) != 0))
+    mine.device[0] = '\0';
+  state_remove (&mine);
+  if (lock >= 0)
+    close (lock);
+  claim_drop (s->claim, s->rec.name);
   exit (EXIT_OK);
 }
 
@@ -452,7 +478,7 @@ detach_stdio (const struct record *r)
 
 void
 supervise (const struct record *r, const struct server_opts *so,
-           int notify_fd, bool adopt)
+           int notify_fd, int claim, bool adopt)
 {
   static struct sup s;
   struct signalfd_siginfo si;
@@ -462,8 +488,9 @@ supervise (const struct record *r, const struct server_opts *so,
 
   s.rec = *r;
   s.idx = nbd_index (r->device);
-  state_path (r->device, "pid", s.pidfile, sizeof s.pidfile);
-  state_path (r->device, "log", s.log, sizeof s.log);
+  s.claim = claim;
+  state_path (r->name, "pid", s.pidfile, sizeof s.pidfile);
+  state_path (r->name, "log", s.log, sizeof s.log);
   s.so = *so;
   s.so.image = s.rec.image;
   s.so.socket = s.rec.socket;
@@ -481,8 +508,14 @@ supervise (const struct record *r, const struct server_opts *so,
   sfd = signalfd (-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   detach_stdio (r);
   if (adopt) {
+    struct claim_holder h;
+
     s.rec.supervisor_pid = getpid ();
     save (&s);
+    /* Free since the old supervisor died, unless a detach has it now. */
+    s.claim = claim_take (r->name, "attached", 0, &h);
+    if (s.claim >= 0)
+      claim_note (s.claim, "attached", r->device);
   }
   if (write (notify_fd, "1", 1) != 1)
     say ("cannot tell pdio attach that %s is up: %m", r->device);
@@ -519,8 +552,9 @@ supervise (const struct record *r, const struct server_opts *so,
            * SIGTERM to what is left in its cgroup: the device is gone
            * then, and so should the rest be.
            */
-          if (!device_connected (s.idx))
-            device_gone (&s);
+          /* Not for long: a detach waits for us holding the lock. */
+          if (!device_is_ours (&s.rec))
+            device_gone (&s, 2000);
           /* pdio detach, or someone: the device and server stay. */
           say ("signal %d: exiting; %s and its server stay", si.ssi_signo,
                r->device);
@@ -533,7 +567,7 @@ supervise (const struct record *r, const struct server_opts *so,
         if (idx == s.idx)
           link_dead (&s);
     }
-    if (!device_connected (s.idx))
-      device_gone (&s);
+    if (!device_is_ours (&s.rec))
+      device_gone (&s, 30000);
   }
 }

@@ -1,6 +1,7 @@
 /* /dev/nbdN as the kernel sees it, from sysfs and mountinfo.  A device
  * exists when /sys/block/nbdN does; it is connected while the kernel has
- * a client for it (/sys/block/nbdN/pid, present only then).
+ * a client for it (/sys/block/nbdN/pid, present only then), and shows
+ * what it was connected with in /sys/block/nbdN/backend meanwhile.
  */
 #include <config.h>
 
@@ -77,31 +78,38 @@ nbd_size (int idx)
 }
 
 int
-nbd_first_free (const bool *in_use, size_t n_in_use)
+nbd_nbds_max (void)
 {
   char path[PATH_MAX];
-  struct dirent *d;
-  int best = -1;
-  DIR *dir;
+  int n = -1;
+  FILE *fp;
 
-  snprintf (path, sizeof path, "%s/block", sysfs ());
-  dir = opendir (path);
-  if (dir == NULL)
-    return -1;
-  while ((d = readdir (dir)) != NULL) {
-    int idx = nbd_index (d->d_name);
-
-    if (idx < 0 || (best >= 0 && idx > best))
-      continue;
-    if ((size_t) idx < n_in_use && in_use[idx])
-      continue;
-    /* A size without a client is a device being torn down. */
-    if (nbd_connected (idx) || nbd_size (idx) != 0)
-      continue;
-    best = idx;
+  snprintf (path, sizeof path, "%s/module/nbd/parameters/nbds_max", sysfs ());
+  fp = fopen (path, "re");
+  if (fp) {
+    if (fscanf (fp, "%d", &n) != 1)
+      n = -1;
+    fclose (fp);
   }
-  closedir (dir);
-  return best;
+  return n >= 0 ? n : 16;
+}
+
+bool
+nbd_backend (int idx, char *buf, size_t len)
+{
+  char path[PATH_MAX];
+  FILE *fp;
+  bool ok;
+
+  snprintf (path, sizeof path, "%s/block/nbd%d/backend", sysfs (), idx);
+  fp = fopen (path, "re");
+  if (fp == NULL)
+    return false;
+  ok = fgets (buf, len, fp) != NULL;
+  fclose (fp);
+  if (ok)
+    buf[strcspn (buf, "\n")] = '\0';
+  return ok;
 }
 
 /* "MAJ:MIN" of a sysfs block directory's dev file into buf. */

@@ -7,9 +7,9 @@
  * fdatasync, fallocate and the tail's sync_file_range and fadvise are
  * io_uring opcodes too.  What has no opcode runs on the engine's helper
  * thread (helper.c: SEEK_DATA/SEEK_HOLE, BLKDISCARD), so no step of a
- * request blocks the thread, with one exception: the fstat of a write's,
- * zero's or flush's file check (engine_check_file), inline on every one
- * of them.
+ * request blocks the thread, with one exception: the fstat of the file
+ * check of writes, zeroes and flushes (engine_check_file), inline, one
+ * for all the requests that had arrived when it was made.
  */
 #include <config.h>
 

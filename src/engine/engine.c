@@ -30,18 +30,25 @@ pdio_log_msg (void (*fn) (const char *, va_list), const char *fmt, ...)
 }
 
 void
-engine_log (const struct pdio_image *img, enum engine_log_level level,
-            const char *fmt, ...)
+pdio_vlog (const struct pdio_log *log, enum pdio_log_level level,
+           const char *fmt, va_list args)
 {
   void (*fn) (const char *, va_list) =
-    level == ENGINE_LOG_ERROR ? img->log.error :
-    level == ENGINE_LOG_WARNING ? img->log.warning : img->log.debug;
+    level == PDIO_LOG_ERROR ? log->error :
+    level == PDIO_LOG_WARNING ? log->warning : log->debug;
+
+  if (fn)
+    fn (fmt, args);
+}
+
+void
+engine_log (const struct pdio_image *img, enum pdio_log_level level,
+            const char *fmt, ...)
+{
   va_list args;
 
-  if (fn == NULL)
-    return;
   va_start (args, fmt);
-  fn (fmt, args);
+  pdio_vlog (&img->log, level, fmt, args);
   va_end (args);
 }
 
@@ -66,9 +73,12 @@ int
 engine_check_range (const struct pdio_image *img, uint64_t size,
                     enum pdio_op op, uint64_t offset, uint64_t count)
 {
-  const bool writes = op == PDIO_OP_WRITE || op == PDIO_OP_ZERO ||
-    op == PDIO_OP_TRIM;
+  bool writes;
 
+  /* A lock is the range of the write that will come in pieces. */
+  if (op == PDIO_OP_LOCK)
+    op = PDIO_OP_WRITE;
+  writes = op == PDIO_OP_WRITE || op == PDIO_OP_ZERO || op == PDIO_OP_TRIM;
   switch (op) {
   case PDIO_OP_READ: case PDIO_OP_WRITE: case PDIO_OP_ZERO:
   case PDIO_OP_TRIM: case PDIO_OP_FLUSH: case PDIO_OP_EXTENTS:
@@ -117,12 +127,31 @@ engine_write_span (const struct pdio_image *img, uint64_t size,
 
 /* A file can shrink or be deleted under us.  A direct write past its end
  * would grow it back, and writes to a deleted file are lost at close: both
- * are refused, with one clear message.  (A change between this check and
- * the write is not caught; this is a guard against mistakes, not a lock.)
+ * are refused, with one clear message.
+ *
+ * An fstat per request would be a system call per write (a round trip on
+ * FUSE or NFS), so one answer serves every request that had arrived when
+ * it was made.  Arrival is counted in the thread's rounds, from one event
+ * to the next (pdio_thread_poll called or returning, a batch of
+ * completions taken in: thread_new_round): an fstat made in round n
+ * started after everything that came in by round n, and sees any truncate
+ * or unlink done before those requests were sent, so a client that
+ * changes the file and then writes gets its error.  A request that came
+ * in later asks the file again, and so does one that ends past the size
+ * seen (the file may have grown back, or been grown for pdio_refresh_size:
+ * an answer from before a resize never refuses the space it added).  The
+ * end checked is clipped to size, the size the request started with
+ * (req_state.size), not the size at open: after a resize that grew the
+ * image, a write past the old end must still find the file that long.
+ * Not caught: a change made after the fstat -- between it and the write,
+ * or by someone racing the client; this is a guard against mistakes, not
+ * a lock.
  */
 int
-engine_check_file (struct pdio_image *img, uint64_t size, uint64_t end)
+engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t size,
+                   uint64_t end)
 {
+  struct pdio_image *img = t->img;
   struct stat st;
 
   /* A direct write ends at the next aligned offset, tail writes at the
@@ -134,12 +163,19 @@ engine_check_file (struct pdio_image *img, uint64_t size, uint64_t end)
 
   if (img->geo.blockdev)
     return 0;
+  if (t->checked_round && t->checked_round >= arrived &&
+      end <= t->checked_size)
+    return 0;
+  COUNT (img, file_checks, 1);
   if (fstat (img->fd, &st) == -1)
     return -errno;
   if (st.st_nlink == 0) {
+    t->checked_round = 0;
     engine_tell_changed (img, "the image was deleted");
     return -EIO;
   }
+  t->checked_round = t->round;
+  t->checked_size = st.st_size;
   if ((uint64_t) st.st_size < end) {
     engine_tell_changed (img, "the image shrank");
     return -ENOSPC;
@@ -177,6 +213,10 @@ pdio_refresh_size (struct pdio_image *img, uint64_t *sizep)
     size = st.st_size;
   if (size != old) {
     atomic_store_explicit (&img->size, size, memory_order_release);
+    /* The operator's resize is no accident: a later shrink or deletion
+     * is news again.
+     */
+    atomic_store (&img->told_changed, false);
     engine_debug (img, "%s: size %" PRIu64 " -> %" PRIu64 "%s", img->file,
                   old, size, size < old ? " (shrank)" : "");
   }
@@ -231,6 +271,7 @@ pdio_get_stats (const struct pdio_image *img, struct pdio_stats *s)
     .zero_written = atomic_load (&c->zero_written),
     .flushes = atomic_load (&c->flushes),
     .helper_calls = atomic_load (&c->helper_calls),
+    .file_checks = atomic_load (&c->file_checks),
   };
 }
 
@@ -241,8 +282,9 @@ pdio_format_stats (const struct pdio_stats *s, char *buf, size_t len)
             " bounced=%" PRIu64 " bounced_bytes=%" PRIu64 " rmw_blocks=%"
             PRIu64 " tail_writes=%" PRIu64 " short_io=%" PRIu64
             " zero_fallocate=%" PRIu64 " zero_written=%" PRIu64
-            " flushes=%" PRIu64 " helper_calls=%" PRIu64,
+            " flushes=%" PRIu64 " helper_calls=%" PRIu64
+            " file_checks=%" PRIu64,
             s->reads, s->writes, s->direct, s->bounced, s->bounced_bytes,
             s->rmw_blocks, s->tail_writes, s->short_io, s->zero_fallocate,
-            s->zero_written, s->flushes, s->helper_calls);
+            s->zero_written, s->flushes, s->helper_calls, s->file_checks);
 }

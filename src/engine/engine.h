@@ -56,6 +56,11 @@ struct pdio_log {
 extern void pdio_log_msg (void (*fn) (const char *, va_list),
                           const char *fmt, ...)
   __attribute__ ((format (printf, 2, 3)));
+/* The same, to the one of log's three that level names. */
+enum pdio_log_level { PDIO_LOG_ERROR, PDIO_LOG_WARNING, PDIO_LOG_DEBUG };
+extern void pdio_vlog (const struct pdio_log *log, enum pdio_log_level level,
+                       const char *fmt, va_list args)
+  __attribute__ ((format (printf, 3, 0)));
 
 struct pdio_config {
   const char *file;             /* regular file or block device */
@@ -103,7 +108,8 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 extern uint64_t pdio_size (const struct pdio_image *img);
 /* Takes the image's size as it is now (a file grown or shrunk with
  * ftruncate, a block device resized) as the size served from the next
- * request on; requests already started keep the size they started with.
+ * request on; requests already started keep the size they started with,
+ * and so do those submitted with PDIO_SIZED.
  * Safe from any thread.  Sets *size and returns 0, or -errno (the size
  * served stays as it was).
  */
@@ -114,6 +120,13 @@ extern int pdio_refresh_size (struct pdio_image *img, uint64_t *size);
 #define PDIO_MAY_TRIM  2u       /* zero: may deallocate */
 #define PDIO_FAST_ZERO 4u       /* zero: fail with ENOTSUP rather than write */
 #define PDIO_REQ_ONE   8u       /* extents: the first extent only */
+#define PDIO_HELD     16u       /* write: the caller holds a PDIO_OP_LOCK
+                                   request covering it, so it takes no
+                                   range lock of its own; writes in flight
+                                   together must then not share a block
+                                   of the alignment (at most 1 MiB) */
+#define PDIO_SIZED    32u       /* checked against r->size, not the size
+                                   served now (pdio_req.size) */
 
 /* ---- per-thread context ------------------------------------------------ */
 
@@ -173,6 +186,11 @@ struct io_uring_sqe;
  * (the engine then runs on psync and poll waits on an eventfd).
  */
 extern struct io_uring *pdio_thread_ring (struct pdio_thread *t);
+/* The thread's current round, for pdio_req.arrived: take it once the
+ * first bytes of a request are in (from the completion that brought them,
+ * or any time after: later is only more cautious).
+ */
+extern uint64_t pdio_thread_round (const struct pdio_thread *t);
 /* An SQE to fill.  When the SQ is full, submits what is queued; when the
  * kernel takes nothing until the CQ has room, reaps completions first
  * (they are dispatched by the next pdio_thread_poll, never inside this
@@ -237,6 +255,8 @@ enum pdio_op {
   PDIO_OP_READ, PDIO_OP_WRITE, PDIO_OP_ZERO, PDIO_OP_TRIM, PDIO_OP_FLUSH,
   PDIO_OP_EXTENTS,              /* data and holes of [offset, offset+count):
                                    req->extent, see below */
+  PDIO_OP_LOCK,                 /* holds the range a write of [offset,
+                                   offset+count) locks: see pdio_unlock */
 };
 
 /* One extent of an EXTENTS request (or of pdio_extents): non-zero stops
@@ -274,14 +294,48 @@ struct pdio_req {
    */
   void (*done) (struct pdio_req *r, int err);
   void *opaque;                 /* the caller's */
+  /* The round of the submitting thread (pdio_thread_round) in which the
+   * request began to come in, or 0: the round it is submitted in.  A
+   * write, zero or flush may reuse a file check made since (pdio_submit).
+   */
+  uint64_t arrived;
+  /* With PDIO_SIZED, the image's size (pdio_size) as the front end took
+   * the request in: the pieces of a streamed request (and its lock) all
+   * pass the one the whole request was judged against, so none of them
+   * sees a resize made meanwhile.  Without it, the size served when the
+   * request is submitted.
+   */
+  uint64_t size;
   /* The engine's: the caller must not touch it until done runs. */
   struct pdio_req_private priv;
 };
 
 /* Starts r and returns at once; r and its buffer must stay valid until
  * r->done runs.  Any number of requests may be in flight per thread.
+ *
+ * Writes, zeroes and flushes check that the image file was not deleted
+ * or shrunk.  A thread's rounds run from one event to the next
+ * (pdio_thread_poll called or returning, a batch of completions
+ * dispatched), and one fstat serves every request that had arrived when
+ * it was made: a request of r->arrived reuses a check made in that round
+ * or later.  With r->arrived 0, the requests a thread submits in one
+ * round share the first one's check, so submit in one round only
+ * requests that had arrived by then: those that came in with the round's
+ * completions, or waited in the front end since an earlier round.  The
+ * start-and-wait wrappers, which poll between requests, always do.
  */
 extern void pdio_submit (struct pdio_thread *t, struct pdio_req *r);
+
+/* A write that arrives in pieces (a front end streaming a large payload)
+ * keeps its whole range locked for its whole life: a PDIO_OP_LOCK request
+ * is checked as a WRITE of its range would be (EPERM, ENOSPC, the file
+ * check) and its done(0) runs once the range is held, queued in FIFO
+ * order like any writer's.  The pieces are then PDIO_OP_WRITEs with
+ * PDIO_HELD, each within the range.  The range stays held, and r (whose
+ * engine state holds it) must stay valid, until pdio_unlock (t, r); not
+ * after a done() with an error, which held nothing.
+ */
+extern void pdio_unlock (struct pdio_thread *t, struct pdio_req *r);
 
 /* The NBD spec's errno rules for a request's range, in one place (also for
  * a front end that must refuse a request before reading its payload):
@@ -334,6 +388,8 @@ struct pdio_stats {
   uint64_t flushes;
   uint64_t helper_calls;        /* blocking calls run on the helper thread
                                    (extents batches, block-device discards) */
+  uint64_t file_checks;         /* fstats of the deleted/shrunk check (one
+                                   serves many writes: pdio_submit) */
 };
 extern void pdio_get_stats (const struct pdio_image *img,
                             struct pdio_stats *stats);

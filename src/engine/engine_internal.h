@@ -30,7 +30,7 @@ struct engine_counters {
   _Atomic uint64_t reads, writes, direct, bounced, bounced_bytes;
   _Atomic uint64_t rmw_blocks, tail_writes;
   _Atomic uint64_t zero_fallocate, zero_written, flushes;
-  _Atomic uint64_t helper_calls;
+  _Atomic uint64_t helper_calls, file_checks;
   struct io_counters io;
 };
 
@@ -136,6 +136,16 @@ struct pdio_thread {
   unsigned fault_busy;          /* tests: submits that fail with EBUSY */
   bool fault_busy_owed;         /* ... until CQEs are reaped */
 
+  /* The file check's answer (engine_check_file).  round counts the
+   * times this thread took in events (pdio_thread_poll, each batch of
+   * CQEs); checked_size is the size the last fstat that found the file
+   * still linked saw, and checked_round the round it was made in (0:
+   * none to reuse).
+   */
+  uint64_t round;
+  uint64_t checked_round;
+  uint64_t checked_size;
+
   unsigned requests;            /* in flight, for pdio_thread_free */
   bool counted;                 /* in img->threads */
 };
@@ -143,14 +153,13 @@ struct pdio_thread {
 #define COUNT(img, field, n) \
   atomic_fetch_add_explicit (&(img)->stats.field, (n), memory_order_relaxed)
 
-enum engine_log_level { ENGINE_LOG_ERROR, ENGINE_LOG_WARNING, ENGINE_LOG_DEBUG };
 extern void engine_log (const struct pdio_image *img,
-                        enum engine_log_level level, const char *fmt, ...)
+                        enum pdio_log_level level, const char *fmt, ...)
   __attribute__ ((format (printf, 3, 4)));
-#define engine_error(img, ...) engine_log (img, ENGINE_LOG_ERROR, __VA_ARGS__)
+#define engine_error(img, ...) engine_log (img, PDIO_LOG_ERROR, __VA_ARGS__)
 #define engine_warning(img, ...) \
-  engine_log (img, ENGINE_LOG_WARNING, __VA_ARGS__)
-#define engine_debug(img, ...) engine_log (img, ENGINE_LOG_DEBUG, __VA_ARGS__)
+  engine_log (img, PDIO_LOG_WARNING, __VA_ARGS__)
+#define engine_debug(img, ...) engine_log (img, PDIO_LOG_DEBUG, __VA_ARGS__)
 
 /* The image file shrank or was deleted while served: say so once. */
 extern void engine_tell_changed (struct pdio_image *img, const char *what);
@@ -179,10 +188,19 @@ extern void engine_write_span (const struct pdio_image *img, uint64_t size,
                                uint64_t *start, uint64_t *end);
 
 /* Refuses I/O to a file that was deleted, or that is now shorter than end
- * (0: only the deletion check).  0 or -errno.
+ * (0: only the deletion check), as t saw it in round arrived or later (see
+ * engine.c).  0 or -errno.
  */
-extern int engine_check_file (struct pdio_image *img, uint64_t size,
-                              uint64_t end);
+extern int engine_check_file (struct pdio_thread *t, uint64_t arrived,
+                              uint64_t size, uint64_t end);
+/* A new round for the file check: t is about to take in events that may
+ * carry new requests (thread.c).
+ */
+static inline void
+thread_new_round (struct pdio_thread *t)
+{
+  t->round++;
+}
 
 /* Whole allocation units inside [offset, end), never past the last whole
  * one of a file (zero.c).

@@ -554,6 +554,29 @@ write_locked (struct req_state *rs)
                    rs->r->flags & PDIO_FUA, write_written);
 }
 
+/* ---- a lock for a write that comes in pieces --------------------------------- */
+
+/* done(0) with the range still held: pdio_unlock releases it. */
+static void
+lock_held (struct req_state *rs)
+{
+  rs->err = 0;
+  defer_step (rs, call_done);
+}
+
+void
+pdio_unlock (struct pdio_thread *t, struct pdio_req *r)
+{
+  struct req_state *rs = state_of (r);
+
+  (void) t;
+  assert (r->op == PDIO_OP_LOCK);
+  if (rs->locked) {
+    rs->locked = false;
+    range_lock_release (&rs->img->lock, &rs->lock);
+  }
+}
+
 /* ---- flush -------------------------------------------------------------------- */
 
 static void
@@ -566,7 +589,7 @@ flush_synced (struct req_state *rs, int res)
     return;
   }
   /* Durable in a file nobody can reach is not durable. */
-  r = engine_check_file (rs->img, rs->size, 0);
+  r = engine_check_file (rs->t, rs->arrived, rs->size, 0);
   req_finish (rs, r == -ENOSPC ? 0 : r);
 }
 
@@ -588,12 +611,13 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   rs->r = r;
   rs->t = t;
   rs->img = img;
-  rs->size = pdio_size (img);
+  rs->size = r->flags & PDIO_SIZED ? r->size : pdio_size (img);
   rs->locked = false;
   rs->lock_waiting = false;
   rs->helper_waiting = false;
   rs->bounce = NULL;
   rs->err = 0;
+  rs->arrived = r->arrived ? r->arrived : t->round;
   t->requests++;
 
   if (raw) {
@@ -619,12 +643,15 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_ZERO:
     if (r->count == 0)
       break;
-    err = engine_check_file (img, rs->size, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, rs->size, r->offset + r->count);
     if (err)
       break;
     if (r->op == PDIO_OP_WRITE) {
       COUNT (img, writes, 1);
-      lock_then (rs, r->offset, r->count, write_locked);
+      if (r->flags & PDIO_HELD)
+        write_locked (rs);
+      else
+        lock_then (rs, r->offset, r->count, write_locked);
     }
     else
       lock_then (rs, r->offset, r->count, zero_locked);
@@ -640,6 +667,15 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     lock_then (rs, r->offset, r->count ? r->count : 1, trim_locked);
     return;
   }
+
+  case PDIO_OP_LOCK:
+    if (r->count == 0)
+      break;
+    err = engine_check_file (t, rs->arrived, rs->size, r->offset + r->count);
+    if (err)
+      break;
+    lock_then (rs, r->offset, r->count, lock_held);
+    return;
 
   case PDIO_OP_FLUSH:
     COUNT (img, flushes, 1);

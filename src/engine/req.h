@@ -34,6 +34,7 @@ struct req_state {
   struct thread_work work;      /* resumes `resume` from poll */
   req_step *resume;
   int err;
+  uint64_t arrived;             /* the round the file check may reuse */
 
   struct range_lock_entry lock;
   bool locked;

@@ -216,6 +216,12 @@ backend_uring_available (void)
   return r;
 }
 
+uint64_t
+pdio_thread_round (const struct pdio_thread *t)
+{
+  return t->round;
+}
+
 struct io_uring *
 pdio_thread_ring (struct pdio_thread *t)
 {
@@ -246,6 +252,11 @@ reap (struct pdio_thread *t)
   t->stash_n = 0;
   while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
     struct cqe_copy batch[CQE_BATCH];
+
+    /* These may have been posted after a file check made earlier in
+     * this poll (deferred work, the last batch's handlers): a new round.
+     */
+    thread_new_round (t);
 
     /* Copy, then advance the CQ before any handler runs: handlers queue
      * SQEs and may be slow; the kernel can post again meanwhile.
@@ -400,11 +411,16 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
                   const struct __kernel_timespec *timeout)
 {
   int r, n = 0;
+  bool engine_busy;
 
+  /* The checks of deferred work below must not reuse one made for
+   * whatever the caller submitted since the last poll.
+   */
+  thread_new_round (t);
   /* Never sleep when the engine's own work did something (it may have
    * finished the request the caller waits for) or has more to do.
    */
-  bool engine_busy = run_deferred (t) || t->work || t->stash_n ||
+  engine_busy = run_deferred (t) || t->work || t->stash_n ||
     atomic_load (&t->remote_pending);
 
   if (engine_busy)
@@ -423,6 +439,7 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
       if (read (t->efd, &v, sizeof v) < 0) { /* EAGAIN: nothing there */ }
     }
     run_deferred (t);
+    thread_new_round (t);
     return 0;
   }
 
@@ -447,6 +464,8 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
     return r;
   n = reap (t);
   run_deferred (t);
+  /* What the caller submits next arrives after this poll's checks. */
+  thread_new_round (t);
   return n;
 }
 
@@ -619,6 +638,7 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
     return -errno;
   t->img = img;
   t->efd = -1;
+  t->round = 1;                 /* checked_round 0: nothing checked yet */
   t->owner = pthread_self ();
   t->work_tail = &t->work;
   t->remote_tail = &t->remote;

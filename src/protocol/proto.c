@@ -111,7 +111,7 @@ nbd_check_request (const struct nbd_request *r, const struct nbd_session *s)
   case NBD_CMD_READ:
     if (r->count == 0)
       v.error = NBD_EINVAL;
-    else if (r->count > s->block_max)
+    else if (r->count > NBD_MAX_REQUEST)
       /* DF asks for one chunk: EOVERFLOW is the spec's answer to "too
        * big to send unfragmented".
        */
@@ -120,7 +120,7 @@ nbd_check_request (const struct nbd_request *r, const struct nbd_session *s)
       v.error = NBD_EINVAL;
     break;
   case NBD_CMD_WRITE:
-    if (r->count == 0 || r->count > s->block_max)
+    if (r->count == 0 || r->count > NBD_MAX_REQUEST)
       v.error = NBD_EINVAL;
     else if (!in_range (r, s->size))
       v.error = NBD_ENOSPC;
@@ -188,10 +188,10 @@ nbd_chunk_header (uint8_t *buf, uint16_t flags, uint16_t type,
 
 size_t
 nbd_offset_data_header (uint8_t *buf, uint64_t cookie, uint64_t offset,
-                        uint32_t data_len)
+                        uint32_t data_len, bool last)
 {
-  nbd_chunk_header (buf, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_OFFSET_DATA,
-                    cookie, data_len + 8);
+  nbd_chunk_header (buf, last ? NBD_REPLY_FLAG_DONE : 0,
+                    NBD_REPLY_TYPE_OFFSET_DATA, cookie, data_len + 8);
   nbd_put64 (buf + NBD_CHUNK_HEADER_LEN, offset);
   return NBD_OFFSET_DATA_HEADER_LEN;
 }

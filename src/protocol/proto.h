@@ -114,10 +114,14 @@
 /* Block status chunk: header, context id, then 8 bytes per extent. */
 #define NBD_BLOCK_STATUS_LEN(n)   (NBD_CHUNK_HEADER_LEN + 4 + 8 * (size_t) (n))
 
-/* The largest READ or WRITE pdio handles, advertised as the maximum block
- * size; nothing is ever allocated for a larger length.
+/* The maximum block size pdio advertises (what the kernel client sends at
+ * most), and the largest READ or WRITE it serves: nbdkit's limit, which
+ * clients that ignore the advertised maximum rely on.  A longer one is
+ * refused (a WRITE's payload read and dropped); the server streams any
+ * payload through bounded buffers, so neither size is ever allocated.
  */
 #define NBD_MAX_PAYLOAD           (32u * 1024 * 1024)
+#define NBD_MAX_REQUEST           (64u * 1024 * 1024)
 
 /* --- big-endian helpers --------------------------------------------------- */
 static inline void
@@ -205,9 +209,10 @@ struct nbd_verdict {
                                    allocated), and the stream stays in step */
 };
 /* Applies the spec's rules: known command, flags documented for it and
- * negotiated, lengths within the maximum, range within the export (EINVAL,
- * or ENOSPC for writes and zeroes), EPERM for writes on a read-only export,
- * BLOCK_STATUS only after base:allocation was selected.
+ * negotiated, READ and WRITE lengths up to NBD_MAX_REQUEST (not the
+ * advertised maximum: nbdkit serves up to that too), range within the
+ * export (EINVAL, or ENOSPC for writes and zeroes), EPERM for writes on a
+ * read-only export, BLOCK_STATUS only after base:allocation was selected.
  */
 extern struct nbd_verdict nbd_check_request (const struct nbd_request *r,
                                              const struct nbd_session *s);
@@ -221,11 +226,14 @@ extern size_t nbd_simple_reply (uint8_t *buf, uint64_t cookie, uint32_t error);
 /* A structured chunk header (payload follows). */
 extern size_t nbd_chunk_header (uint8_t *buf, uint16_t flags, uint16_t type,
                                 uint64_t cookie, uint32_t payload_len);
-/* OFFSET_DATA chunk header and offset, DONE set: the data follows (one
- * chunk: pdio never fragments a read, so it honours NBD_CMD_FLAG_DF).
+/* OFFSET_DATA chunk header and offset: the data follows (one chunk for a
+ * whole read: pdio never fragments one, so it honours NBD_CMD_FLAG_DF).
+ * DONE is set when last: a read streamed in pieces cannot know, when the
+ * header goes out, that no error will follow it.
  */
 extern size_t nbd_offset_data_header (uint8_t *buf, uint64_t cookie,
-                                      uint64_t offset, uint32_t data_len);
+                                      uint64_t offset, uint32_t data_len,
+                                      bool last);
 /* NBD_REPLY_TYPE_NONE with DONE. */
 extern size_t nbd_none_chunk (uint8_t *buf, uint64_t cookie);
 /* NBD_REPLY_TYPE_ERROR with DONE and no message (NBD_ERROR_CHUNK_LEN). */

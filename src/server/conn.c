@@ -33,6 +33,15 @@
  * goes back to the pool when the engine is done (WRITE) or the reply is
  * sent (READ).  Replies go out in completion order, not request order.
  *
+ * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed (cmd.c): its
+ * memory is a few pieces' buffers, whatever its length.  A WRITE's
+ * payload is received piece by piece into whichever buffer is free (none:
+ * no receive until a piece is on disk); a READ's reply is queued once,
+ * and then sent piece by piece as they are read: nothing is sent after it
+ * until its last piece is out, since its bytes must stay together.  A
+ * READ that fails after a simple reply's header went out hangs up: the
+ * spec leaves no other honest answer.
+ *
  * Backpressure: when the pool says no, or the connection holds
  * CONN_MAX_REQUESTS requests or CONN_MAX_POOL_BYTES of memory, it stops
  * receiving (RX_STALLED, on its worker's stalled list) and the worker
@@ -117,6 +126,8 @@ struct conn {
   uint8_t hdr[NBD_REQUEST_LEN];
   size_t hdr_got;
   struct nbd_request pending;   /* the parsed header being started */
+  uint64_t pending_round;       /* the engine round it came in (the file
+                                   check's answer from then on will do) */
   struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
@@ -160,7 +171,7 @@ get_sqe (struct conn *c)
   struct io_uring_sqe *sqe = pdio_thread_sqe (thr (c));
 
   if (sqe == NULL)
-    worker_log (c->w, LOG_ERROR, "io_uring submission failed");
+    worker_log (c->w, PDIO_LOG_ERROR, "io_uring submission failed");
   return sqe;
 }
 
@@ -257,8 +268,22 @@ static void
 nbd_cmd_free (struct conn *c, struct nbd_cmd *cmd)
 {
   release_buf (c, cmd);
+  free (cmd->stream);
+  cmd->stream = NULL;
   c->n_cmds--;
   STAILQ_INSERT_HEAD (&c->free_cmds, cmd, link);
+}
+
+/* The connection is done with a streamed command (see nbd_stream_finish):
+ * freed now, or by conn_stream_end once its engine requests are done.
+ */
+static void
+stream_let_go (struct conn *c, struct nbd_cmd *cmd)
+{
+  if (nbd_stream_finish (cmd)) {
+    c->n_running--;
+    nbd_cmd_free (c, cmd);
+  }
 }
 
 /* --- the end ------------------------------------------------------------------- */
@@ -280,8 +305,29 @@ drop_queue (struct conn *c)
     return;
   while ((cmd = STAILQ_FIRST (&c->replies)) != NULL) {
     STAILQ_REMOVE_HEAD (&c->replies, link);
-    nbd_cmd_free (c, cmd);
+    if (cmd->stream)
+      stream_let_go (c, cmd);
+    else
+      nbd_cmd_free (c, cmd);
   }
+  c->tx_off = 0;
+}
+
+/* The command whose payload was being received, once no receive into it
+ * is pending: its payload will not all come.
+ */
+static void
+drop_rx_cmd (struct conn *c)
+{
+  struct nbd_cmd *cmd = c->rx_cmd;
+
+  if (cmd == NULL || c->rx_pending)
+    return;
+  c->rx_cmd = NULL;
+  if (cmd->stream)
+    stream_let_go (c, cmd);
+  else
+    nbd_cmd_free (c, cmd);
 }
 
 static void
@@ -304,7 +350,7 @@ conn_free (struct conn *c)
 
     pdio_get_stats (w->ctx->img, &st);
     pdio_format_stats (&st, buf, sizeof buf);
-    worker_log (w, LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
+    worker_log (w, PDIO_LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
   }
   close (c->fd);
   LIST_REMOVE (c, link);
@@ -327,6 +373,9 @@ maybe_end (struct conn *c)
       conn_abort (c, "all replies sent");
     return;
   case CONN_DEAD:
+    /* What waited for a send that has now completed. */
+    drop_queue (c);
+    drop_rx_cmd (c);
     if (!in_flight (c))
       conn_free (c);
     return;
@@ -375,7 +424,7 @@ conn_abort (struct conn *c, const char *why)
 {
   if (c->phase == CONN_DEAD)
     return;
-  worker_log (c->w, LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
   unstall (c);
   if (c->tx == TX_QUEUED) {
     TAILQ_REMOVE (&c->w->conns.to_send, c, send_link);
@@ -385,7 +434,6 @@ conn_abort (struct conn *c, const char *why)
   /* Wakes a pending receive or send at once, on unix and TCP sockets. */
   shutdown (c->fd, SHUT_RDWR);
   cancel_recv (c);
-  drop_queue (c);
   maybe_end (c);
 }
 
@@ -399,6 +447,7 @@ drain (struct conn *c)
   c->phase = CONN_DRAINING;
   /* What it brings is not served (on_recv). */
   cancel_recv (c);
+  drop_rx_cmd (c);
   maybe_end (c);
 }
 
@@ -439,6 +488,10 @@ tx_kick (struct conn *c)
     return;
   for (cmd = STAILQ_FIRST (&c->replies); cmd && n + 2 <= CONN_IOV;
        cmd = STAILQ_NEXT (cmd, link)) {
+    /* A streamed READ's next piece, if it has been read. */
+    if (cmd->stream && cmd->hdr_len + cmd->payload_len == 0 &&
+        !nbd_stream_piece (cmd, c->s.structured))
+      break;
     const struct { const void *p; size_t len; } seg[2] = {
       { cmd->hdr, cmd->hdr_len }, { cmd->payload, cmd->payload_len },
     };
@@ -453,7 +506,12 @@ tx_kick (struct conn *c)
       skip = 0;
       n++;
     }
+    /* Nothing may come between its pieces. */
+    if (cmd->stream)
+      break;
   }
+  if (n == 0)
+    return;                     /* conn_stream_ready queues it again */
   c->tx_progress = c->w->now;
   if (!submit_send (c, n))
     conn_abort (c, "cannot queue a send");
@@ -473,6 +531,13 @@ sent_transmission (struct conn *c, size_t bytes)
     }
     bytes -= left;
     c->tx_off = 0;
+    if (cmd->stream) {
+      if (!nbd_stream_sent (cmd))
+        break;                  /* more of it to come, nothing else first */
+      STAILQ_REMOVE_HEAD (&c->replies, link);
+      stream_let_go (c, cmd);
+      continue;
+    }
     STAILQ_REMOVE_HEAD (&c->replies, link);
     nbd_cmd_free (c, cmd);
   }
@@ -539,7 +604,8 @@ hs_step (struct conn *c)
     c->hs = NULL;
     c->phase = CONN_TRANSMISSION;
     c->rx = RX_HEADER;
-    worker_log (c->w, LOG_DEBUG, "connection %d: transmission (flags 0x%x%s%s)",
+    worker_log (c->w, PDIO_LOG_DEBUG,
+                "connection %d: transmission (flags 0x%x%s%s)",
                 c->fd, c->s.eflags, c->s.structured ? ", structured" : "",
                 c->s.meta_base_allocation ? ", base:allocation" : "");
     if (c->w->stopping)
@@ -566,7 +632,15 @@ rx_next (struct conn *c)
     ok = submit_recv (c, c->hdr + c->hdr_got, NBD_REQUEST_LEN - c->hdr_got);
     break;
   case RX_PAYLOAD:
-    if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
+    if (c->rx_cmd->stream) {
+      size_t len;
+      uint8_t *buf = nbd_stream_rx_buf (c->rx_cmd, &len);
+
+      /* None: every piece is on the disk (conn_stream_progress). */
+      if (buf)
+        ok = submit_recv (c, buf, len);
+    }
+    else if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
       ok = submit_recv_payload_and_header (c);
     else
       ok = submit_recv (c, (uint8_t *) c->rx_cmd->buf + c->payload_got,
@@ -605,15 +679,69 @@ conn_cmd_done (struct nbd_cmd *cmd)
   struct conn *c = cmd->c;
 
   c->n_running--;
-  /* A write's data is on disk (or failed): its memory can go now. */
-  if (cmd->nbd.type == NBD_CMD_WRITE)
+  /* A write's data is on disk (or failed): its memory can go now, and a
+   * streamed one's reply is a plain one.
+   */
+  if (cmd->nbd.type == NBD_CMD_WRITE) {
     release_buf (c, cmd);
+    free (cmd->stream);
+    cmd->stream = NULL;
+  }
   if (c->phase == CONN_DEAD) {
     nbd_cmd_free (c, cmd);
     maybe_end (c);
     return;
   }
   reply (c, cmd);
+}
+
+void
+conn_stream_progress (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  if (c->phase == CONN_TRANSMISSION && c->rx_cmd == cmd && !c->rx_pending)
+    rx_next (c);
+  else if (c->phase == CONN_DEAD || c->phase == CONN_DRAINING)
+    maybe_end (c);
+}
+
+void
+conn_stream_ready (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  if (c->phase == CONN_DEAD) {
+    /* Not queued (drop_queue lets go of those): nobody else will. */
+    if (!cmd->stream->started) {
+      stream_let_go (c, cmd);
+      maybe_end (c);
+    }
+    return;
+  }
+  if (nbd_stream_broken (cmd, c->s.structured)) {
+    conn_abort (c, "a read failed after its simple reply's header was "
+                "sent: the client cannot be told, so it is hung up on");
+    return;
+  }
+  if (!cmd->stream->started) {
+    if (nbd_stream_piece (cmd, c->s.structured))
+      queue_reply (c, cmd);
+  }
+  else if (c->tx == TX_IDLE) {
+    c->tx = TX_QUEUED;
+    TAILQ_INSERT_TAIL (&c->w->conns.to_send, c, send_link);
+  }
+}
+
+void
+conn_stream_end (struct nbd_cmd *cmd)
+{
+  struct conn *c = cmd->c;
+
+  c->n_running--;
+  nbd_cmd_free (c, cmd);
+  maybe_end (c);
 }
 
 /* The pending header: refuse it, or get what it needs and start it; or
@@ -629,7 +757,8 @@ start_request (struct conn *c)
   struct nbd_cmd *cmd;
 
   /* The kernel's connections outlive a resize: a request is judged
-   * against the size served now, not the one its handshake offered.
+   * against the size served now, not the one its handshake offered, and
+   * the engine checks all of it against that same size (cmd->size).
    */
   c->s.size = pdio_size (c->w->ctx->img);
   v = nbd_check_request (r, &c->s);
@@ -663,13 +792,21 @@ start_request (struct conn *c)
     return;
   }
   cmd->nbd = *r;
+  cmd->arrived = c->pending_round;
+  cmd->size = c->s.size;
   cmd->buf = buf;
   cmd->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
+  if (v.error == 0 && nbd_cmd_streamed (r) &&
+      (cmd->stream = calloc (1, sizeof *cmd->stream)) == NULL) {
+    nbd_cmd_free (c, cmd);
+    conn_abort (c, "out of memory");
+    return;
+  }
 
   if (v.error) {
     cmd->error = v.error;
-    worker_log (c->w, LOG_DEBUG, "connection %d: refused command %u "
+    worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: refused command %u "
                 "(%u bytes at %" PRIu64 ", flags 0x%x): error %u", c->fd,
                 r->type, r->count, r->offset, r->flags, v.error);
     if (v.discard) {
@@ -689,6 +826,9 @@ start_request (struct conn *c)
     c->payload_got = 0;
     c->rx = RX_PAYLOAD;
     c->rx_progress = c->w->now;
+    /* Its range is locked now; its pieces are written as they come. */
+    if (cmd->stream)
+      start_cmd (c, cmd);
   }
   else
     start_cmd (c, cmd);
@@ -702,6 +842,7 @@ static void
 header_complete (struct conn *c)
 {
   c->hdr_got = 0;
+  c->pending_round = pdio_thread_round (thr (c));
   if (!nbd_parse_request (c->hdr, &c->pending)) {
     conn_abort (c, "bad request magic");
     return;
@@ -723,10 +864,7 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     return;
   case CONN_DRAINING:
     /* Whatever arrived is not served. */
-    if (c->rx_cmd) {
-      nbd_cmd_free (c, c->rx_cmd);
-      c->rx_cmd = NULL;
-    }
+    drop_rx_cmd (c);
     maybe_end (c);
     return;
   case CONN_HANDSHAKE:
@@ -755,6 +893,18 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     header_complete (c);
     return;
   case RX_PAYLOAD: {
+    if (c->rx_cmd->stream) {
+      struct nbd_cmd *cmd = c->rx_cmd;
+
+      c->payload_got += res;
+      nbd_stream_received (cmd, res);
+      if (c->payload_got == cmd->nbd.count) {
+        c->rx = RX_HEADER;
+        c->rx_cmd = NULL;
+        nbd_stream_rx_end (cmd);
+      }
+      break;
+    }
     size_t want = c->rx_cmd->nbd.count - c->payload_got;
     size_t got = (size_t) res < want ? (size_t) res : want;
 
@@ -847,7 +997,7 @@ conn_new (struct worker *w, int fd)
   struct conn *c = calloc (1, sizeof *c);
 
   if (c == NULL || (c->hs = malloc (sizeof *c->hs)) == NULL) {
-    worker_log (w, LOG_ERROR, "connection refused: out of memory");
+    worker_log (w, PDIO_LOG_ERROR, "connection refused: out of memory");
     free (c);
     close (fd);
     return;
@@ -874,7 +1024,8 @@ conn_new (struct worker *w, int fd)
   if (pdio_refresh_size (w->ctx->img, &c->export.size) < 0)
     c->export.size = pdio_size (w->ctx->img);
   nbd_hs_init (c->hs, &c->export);
-  worker_log (w, LOG_DEBUG, "connection %d: accepted by worker %u", fd, w->id);
+  worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
+              w->id);
   hs_step (c);
 }
 

@@ -19,8 +19,8 @@
 
 /* A connection may hold at most this many requests between reading their
  * header and finishing their reply, and at most this much of its
- * worker's pool (one request of the maximum size always fits): beyond
- * either, it stops reading requests until replies go out.
+ * worker's pool (a request takes at most NBD_CMD_BUF_MAX, however long:
+ * cmd.h): beyond either, it stops reading requests until replies go out.
  */
 #define CONN_MAX_REQUESTS 64
 #define CONN_MAX_POOL_BYTES ((size_t) NBD_MAX_PAYLOAD)
@@ -92,9 +92,9 @@ struct worker {
 };
 
 /* worker.c */
-extern void worker_log (const struct worker *w, int level, const char *fmt,
-                        ...) __attribute__ ((format (printf, 3, 4)));
-enum { LOG_ERROR, LOG_WARNING, LOG_DEBUG };
+extern void worker_log (const struct worker *w, enum pdio_log_level level,
+                        const char *fmt, ...)
+  __attribute__ ((format (printf, 3, 4)));
 extern int worker_start (struct worker *w, const struct server_ctx *ctx,
                          unsigned id);
 /* From the accept thread. */

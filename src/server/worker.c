@@ -23,21 +23,17 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "cmd.h"
 #include "internal.h"
 
 void
-worker_log (const struct worker *w, int level, const char *fmt, ...)
+worker_log (const struct worker *w, enum pdio_log_level level,
+            const char *fmt, ...)
 {
-  const struct pdio_log *log = &w->ctx->log;
-  void (*fn) (const char *, va_list) =
-    level == LOG_ERROR ? log->error :
-    level == LOG_WARNING ? log->warning : log->debug;
   va_list args;
 
-  if (fn == NULL)
-    return;
   va_start (args, fmt);
-  fn (fmt, args);
+  pdio_vlog (&w->ctx->log, level, fmt, args);
   va_end (args);
 }
 
@@ -69,8 +65,9 @@ static void
 begin_stop (struct worker *w)
 {
   w->stopping = true;
-  worker_log (w, LOG_DEBUG, "worker %u: stopping, %u connections to finish",
-              w->id, w->conns.n);
+  worker_log (w, PDIO_LOG_DEBUG,
+              "worker %u: stopping, %u connections to finish", w->id,
+              w->conns.n);
   conn_list_stop_all (w);
 }
 
@@ -85,7 +82,7 @@ on_event (struct pdio_completion *pc, int res, uint32_t flags)
 
   (void) flags;
   if (res < 0 && res != -EINTR && res != -EAGAIN)
-    worker_log (w, LOG_ERROR, "worker %u: eventfd read: %s", w->id,
+    worker_log (w, PDIO_LOG_ERROR, "worker %u: eventfd read: %s", w->id,
                 strerror (-res));
   pthread_mutex_lock (&w->lock);
   fds = w->incoming;
@@ -101,7 +98,7 @@ on_event (struct pdio_completion *pc, int res, uint32_t flags)
   if (stop)
     begin_stop (w);             /* the event read stays unarmed */
   else if (!arm_event (w)) {
-    worker_log (w, LOG_ERROR, "worker %u: cannot queue its event read: "
+    worker_log (w, PDIO_LOG_ERROR, "worker %u: cannot queue its event read: "
                 "stopping", w->id);
     begin_stop (w);
   }
@@ -118,7 +115,7 @@ loop (struct worker *w)
 
     if (r < 0 && r != -EINTR) {
       /* The ring is unusable: nothing can complete any more. */
-      worker_log (w, LOG_ERROR, "worker %u: io_uring: %s; abandoning its "
+      worker_log (w, PDIO_LOG_ERROR, "worker %u: io_uring: %s; abandoning its "
                   "%u connections", w->id, strerror (-r), w->conns.n);
       return;
     }
@@ -133,7 +130,7 @@ loop (struct worker *w)
       conn_list_watchdog (w);
       given = pdio_thread_trim (w->t, w->now, WORKER_IDLE_SECS);
       if (given) {
-        worker_log (w, LOG_DEBUG, "worker %u: gave back %zu KiB of pool, "
+        worker_log (w, PDIO_LOG_DEBUG, "worker %u: gave back %zu KiB of pool, "
                     "%zu KiB resident", w->id, given >> 10,
                     pdio_thread_pool_resident (w->t) >> 10);
         /* The connections' and requests' state went back to this
@@ -170,22 +167,22 @@ make_thread (struct worker *w)
   int err = pdio_thread_new (w->ctx->img, &cfg, &w->t);
 
   if (err) {
-    worker_log (w, LOG_ERROR, "worker %u: %s", w->id, strerror (-err));
+    worker_log (w, PDIO_LOG_ERROR, "worker %u: %s", w->id, strerror (-err));
     w->t = NULL;
     return err;
   }
   /* The sockets need the ring: without io_uring there is no server. */
   if (pdio_thread_ring (w->t) == NULL) {
-    worker_log (w, LOG_ERROR, "io_uring is not available: pdio's own server "
-                "needs it (pdio serve --nbdkit does not)");
+    worker_log (w, PDIO_LOG_ERROR, "io_uring is not available: pdio's own "
+                "server needs it (pdio serve --nbdkit does not)");
     err = -ENOSYS;
   }
-  /* A request of the maximum size must always be able to get memory,
-   * or a connection that sends one would wait for it forever.
+  /* The largest command's memory must always be available, or a
+   * connection that sends one would wait for it forever.
    */
-  else if (pdio_buf_max (w->t) < NBD_MAX_PAYLOAD) {
-    worker_log (w, LOG_ERROR, "a pool of %zu bytes cannot hold a request of "
-                "%u bytes", w->ctx->pool_bytes, NBD_MAX_PAYLOAD);
+  else if (pdio_buf_max (w->t) < NBD_CMD_BUF_MAX) {
+    worker_log (w, PDIO_LOG_ERROR, "a pool of %zu bytes cannot hold a request's "
+                "%zu bytes", w->ctx->pool_bytes, NBD_CMD_BUF_MAX);
     err = -EINVAL;
   }
   if (err) {
@@ -284,7 +281,7 @@ worker_main (void *arg_)
   pdio_thread_free (w->t);
   w->t = NULL;
  done:
-  worker_log (w, LOG_DEBUG, "worker %u: done", w->id);
+  worker_log (w, PDIO_LOG_DEBUG, "worker %u: done", w->id);
   return NULL;
 }
 
@@ -344,7 +341,7 @@ wake (struct worker *w)
 
   /* Can only fail if the counter would overflow: it is read long before. */
   if (write (w->event_fd, &one, sizeof one) != sizeof one)
-    worker_log (w, LOG_WARNING, "worker %u: eventfd write failed", w->id);
+    worker_log (w, PDIO_LOG_WARNING, "worker %u: eventfd write failed", w->id);
 }
 
 void

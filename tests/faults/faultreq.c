@@ -16,7 +16,11 @@
  *   rule:TEXT                  write TEXT to the faultfs control file (-c);
  *                              "rule:clear" drops every rule, "rule:reset"
  *                              the list of faults that fired too
- *   reconnect                  a new connection (the old one closes cleanly)
+ *   reconnect                  a new connection (the old one closes cleanly,
+ *                              unless the server hung up on it)
+ *   simple                     reconnect, and from now on ask for simple
+ *                              replies (the kernel client's) instead of
+ *                              structured ones
  *   fill:OFF:LEN:CHUNK         write CHUNK-byte pieces of fresh data from
  *                              OFF on, until one fails or LEN is covered;
  *                              the errno is that of the failed piece
@@ -30,6 +34,7 @@
  * it detects the faults it injects and does not pass by accident.
  * REQ!ERRNAME: the request must fail with that errno (EIO, ENOSPC, ...);
  * REQ?ERRNAME: it may also succeed.  Without a suffix it must succeed.
+ * ENOTCONN stands for "the server hung up on it".
  *
  * What a failed request leaves behind is undefined by NBD, but not
  * arbitrary: each byte of a failed write must read back as its old value
@@ -63,6 +68,7 @@ enum { KNOWN = 0, EITHER = 1, ANY = 2 };
 
 static struct {
   struct nbd_handle *h;
+  bool simple;                  /* simple replies asked for */
   const char *sock, *control;
   uint64_t size;
   uint8_t *shadow;              /* the value, or the old candidate */
@@ -79,7 +85,16 @@ static struct {
 static void
 connect_now (void)
 {
-  t.h = connect_socket (t.sock);
+  if (t.simple) {
+    if ((t.h = nbd_create ()) == NULL)
+      nbd_fail ("nbd_create");
+    if (nbd_set_request_structured_replies (t.h, false) == -1)
+      nbd_fail ("nbd_set_request_structured_replies");
+    if (nbd_connect_unix (t.h, t.sock) == -1)
+      nbd_fail ("nbd_connect_unix");
+  }
+  else
+    t.h = connect_socket (t.sock);
   /* Send what the export does not advertise too: refusing it is the
    * server's job, and the tests check how it refuses.
    */
@@ -210,6 +225,9 @@ last_errno (void)
 {
   int err = nbd_get_errno ();
 
+  /* libnbd gives no errno when the server hangs up on a request. */
+  if (err == 0 && nbd_aio_is_dead (t.h))
+    return ENOTCONN;
   if (err == 0)                 /* not the server: libnbd itself refused */
     hard_error ("%s", nbd_get_error ());
   return err;
@@ -340,8 +358,17 @@ run (char **f, int n, const char *text)
   }
   else if (strcmp (name, "verify") == 0 && n == 1)
     err = read_check ("verify", 0, t.size);
-  else if (strcmp (name, "reconnect") == 0 && n == 1) {
-    disconnect (t.h);
+  else if ((strcmp (name, "reconnect") == 0 || strcmp (name, "simple") == 0)
+           && n == 1) {
+    /* A server may hang up (a read that fails after a simple reply's
+     * header went out): then there is nothing to close cleanly.
+     */
+    if (nbd_aio_is_dead (t.h) || nbd_aio_is_closed (t.h))
+      nbd_close (t.h);
+    else
+      disconnect (t.h);
+    if (strcmp (name, "simple") == 0)
+      t.simple = true;
     connect_now ();
   }
   else

@@ -388,6 +388,7 @@ static const struct {
   { "EPERM", EPERM }, { "EIO", EIO }, { "ENOMEM", ENOMEM },
   { "EINVAL", EINVAL }, { "ENOSPC", ENOSPC }, { "EOVERFLOW", EOVERFLOW },
   { "ENOTSUP", ENOTSUP }, { "ESHUTDOWN", ESHUTDOWN }, { "ERANGE", ERANGE },
+  { "ENOTCONN", ENOTCONN },
 };
 
 int

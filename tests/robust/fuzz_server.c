@@ -89,7 +89,7 @@ check_verdict (const struct nbd_request *r, const struct nbd_session *s,
   CHECK (v->discard == 0);
   switch (r->type) {
   case NBD_CMD_READ: case NBD_CMD_WRITE:
-    CHECK (r->count > 0 && r->count <= s->block_max);
+    CHECK (r->count > 0 && r->count <= NBD_MAX_REQUEST);
     /* fall through */
   case NBD_CMD_TRIM: case NBD_CMD_WRITE_ZEROES: case NBD_CMD_BLOCK_STATUS:
     CHECK (r->count > 0);
@@ -135,7 +135,7 @@ build_reply (const struct nbd_request *r, const struct nbd_verdict *v,
   switch (r->type) {
   case NBD_CMD_READ:
     if (s->structured)
-      CHECK (nbd_offset_data_header (hdr, r->cookie, r->offset, r->count) ==
+      CHECK (nbd_offset_data_header (hdr, r->cookie, r->offset, r->count, true) ==
              NBD_OFFSET_DATA_HEADER_LEN);
     break;
   case NBD_CMD_BLOCK_STATUS:

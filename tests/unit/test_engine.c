@@ -8,6 +8,9 @@
  *   never changes;
  * - after the workload none of the image is in the page cache (mincore);
  * - threads writing disjoint bytes of the same blocks lose nothing;
+ * - an image truncated or deleted under it refuses what would grow it back
+ *   or be lost, checked once per round of the thread, never with what it
+ *   saw before the request came in;
  * - read-only images refuse writes with EPERM;
  * - extents match a known layout of data and holes.
  */
@@ -567,6 +570,122 @@ test_changed_under_us (void)
   free (buf);
 }
 
+/* The file check asks the file once per round of the thread, and never
+ * answers a request with what it saw before the request came in: a write
+ * after a flush, a truncate or an unlink sees the change.
+ */
+struct done_flag {
+  bool done;
+  int err;
+};
+
+static void
+on_done (struct pdio_req *r, int err)
+{
+  struct done_flag *d = r->opaque;
+
+  d->err = err;
+  d->done = true;
+}
+
+/* Submits r (a write of buf at offset, arrived in round arrived), then
+ * returns without polling.
+ */
+static void
+submit_write (struct pdio_thread *t, struct pdio_req *r, struct done_flag *d,
+              void *buf, uint64_t offset, uint64_t arrived)
+{
+  *d = (struct done_flag) { false, 0 };
+  *r = (struct pdio_req) {
+    .op = PDIO_OP_WRITE, .offset = offset, .count = 4096, .buf = buf,
+    .done = on_done, .opaque = d, .arrived = arrived,
+  };
+  pdio_submit (t, r);
+}
+
+static void
+wait_done (struct pdio_thread *t, const struct done_flag *d, unsigned n)
+{
+  unsigned i;
+
+  for (i = 0; i < n; i++)
+    while (!d[i].done)
+      CHECK (pdio_thread_poll (t, 1, NULL) >= 0, "poll");
+}
+
+static uint64_t
+file_checks (const struct pdio_image *img)
+{
+  struct pdio_stats st;
+
+  pdio_get_stats (img, &st);
+  return st.file_checks;
+}
+
+static void
+test_check_rounds (enum pdio_backend backend)
+{
+  char path[4200];
+  struct pdio_image *img;
+  struct pdio_thread *t;
+  struct pdio_req r[8];
+  struct done_flag d[8];
+  unsigned char *buf = aligned_alloc (4096, 4096);
+  uint64_t c0, round;
+  unsigned i;
+  int err;
+
+  memset (buf, 0x6b, 4096);
+  snprintf (path, sizeof path, "%s/rounds.img", dir);
+  make_file (path, 4 << 20, false);
+  img = open_image (path, backend, 0, false);
+  t = new_thread (img);
+
+  /* Eight writes submitted in one round: one fstat. */
+  c0 = file_checks (img);
+  for (i = 0; i < 8; i++)
+    submit_write (t, &r[i], &d[i], buf, i * 65536, 0);
+  wait_done (t, d, 8);
+  for (i = 0; i < 8; i++)
+    CHECK (d[i].err == 0, "write %u: %d", i, d[i].err);
+  CHECK (file_checks (img) - c0 == 1, "%" PRIu64 " fstats for 8 writes of "
+         "one round, expected 1", file_checks (img) - c0);
+
+  /* The next round asks again... */
+  round = pdio_thread_round (t);
+  c0 = file_checks (img);
+  CHECK (pdio_write (t, buf, 4096, 0, 0) == 0, "write");
+  CHECK (file_checks (img) - c0 == 1, "a write of a later round made %"
+         PRIu64 " fstats, expected 1", file_checks (img) - c0);
+  /* ... but a request that came in before that check reuses it. */
+  submit_write (t, &r[0], &d[0], buf, 8192, round);
+  wait_done (t, d, 1);
+  CHECK (d[0].err == 0, "write: %d", d[0].err);
+  CHECK (file_checks (img) - c0 == 1, "a write that arrived before the "
+         "last check made %" PRIu64 " more fstats, expected none",
+         file_checks (img) - c0 - 1);
+
+  /* What came in after a change sees it, whatever was checked before. */
+  CHECK (truncate (path, 1 << 20) == 0, "truncate: %m");
+  submit_write (t, &r[0], &d[0], buf, 2 << 20, pdio_thread_round (t));
+  wait_done (t, d, 1);
+  CHECK (d[0].err == -ENOSPC, "write past the new end, arrived after the "
+         "truncate: %d", d[0].err);
+  CHECK (pdio_write (t, buf, 4096, 4096, 0) == 0, "write inside the new end");
+  CHECK (pdio_flush (t) == 0, "flush");
+  CHECK (unlink (path) == 0, "unlink: %m");
+  err = pdio_write (t, buf, 4096, 0, 0);
+  CHECK (err == -EIO, "write after a flush and an unlink: %d", err);
+  CHECK (pdio_zero (t, 4096, 0, 0) == -EIO, "zero of a deleted file");
+  {
+    struct stat st;
+    CHECK (stat (path, &st) == -1 && errno == ENOENT, "the file came back");
+  }
+  pdio_thread_free (t);
+  pdio_close (img);
+  free (buf);
+}
+
 struct extent_list {
   uint64_t off[64], len[64];
   bool hole[64];
@@ -698,6 +817,8 @@ main (int argc, char *argv[])
 
   test_open_errors ();
   test_changed_under_us ();
+  test_check_rounds (PDIO_BACKEND_URING);
+  test_check_rounds (PDIO_BACKEND_PSYNC);
   test_readonly ();
   test_extents ();
   /* Under valgrind: psync only (valgrind cannot see the kernel write

@@ -27,6 +27,10 @@
  *   supervisor-stale-size the supervisor keeps the record it started with
  *                         (so a restart after a resize writes back the
  *                         size of the attach)
+ *   attach-no-lock        attach takes no claim on the image: concurrent
+ *                         attaches of one image are not told the winner
+ *   no-destroy-flag       devices made on demand are not destroyed on
+ *                         disconnect (NBD_CFLAG_DESTROY_ON_DISCONNECT)
  */
 #include <config.h>
 

@@ -16,7 +16,7 @@
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
 #                       align4096,sector4k,reference,cli,recover,
-#                       nbdkit_recover,mount,partitions,resize, and native-ext4, native-xfs, native-fio,
+#                       nbdkit_recover,mount,partitions,resize,ondemand, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server), and systemd (the guest execs
 #                       systemd as init, so it always runs last)
@@ -28,7 +28,7 @@
 #   --pdio-broken PATH  pdio(1) with its break points compiled in (default:
 #                       the build tree's tests/vm/pdio-broken, which make
 #                       check builds, or make -C tests vm/pdio-broken)
-#   --timeout SEC       hard limit for the whole guest run (default 1200)
+#   --timeout SEC       hard limit for the whole guest run (default 2400)
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
 #   --shell             no tests: boot to a busybox shell on this terminal
@@ -48,12 +48,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,mount,partitions,resize,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
 pdio_broken=""
-timeout=${PDIO_VM_TIMEOUT:-1200}
+timeout=${PDIO_VM_TIMEOUT:-2400}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
 fio_size=${PDIO_VM_FIO_SIZE:-24m}
 files=${PDIO_VM_FILES:-300}
@@ -88,7 +88,7 @@ done
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|mount|partitions) ;;
-    resize) ;;
+    resize|ondemand) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
@@ -130,7 +130,7 @@ pdio_broken=$(cd "$(dirname "$pdio_broken")" && pwd)/$(basename "$pdio_broken")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim sfdisk timeout systemctl udevadm; do
+        fincore fstrim sfdisk losetup timeout systemctl udevadm; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
 done
 for f in /lib/systemd/systemd /lib/systemd/systemd-udevd /lib/systemd/system-generators/systemd-fstab-generator \
@@ -207,11 +207,12 @@ fetch_kernel() {
 
 # Programs the guest runs, from this machine (busybox covers the rest).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
-  xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm
+  xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
   resize2fs xfs_growfs"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
-# needed by ext4 and xfs but is a soft dependency nobody declares.
-MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs"
+# needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
+# losetup is the ondemand scenario's comparison.
+MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot
@@ -243,7 +244,7 @@ base_files() {
     # The plugin under test goes in the overlay, but its libraries (liburing,
     # libc ...) belong here; pthread_cancel may dlopen libgcc_s.
     echo "$plugin" >> "$libs"
-    # The same for pdio(1) (libnbd).
+    # The same for pdio(1) (liburing, libnl-genl-3).
     echo "$pdio" >> "$libs"
     echo "$pdio_broken" >> "$libs"
     for f in $SYSTEMD_FILES; do
