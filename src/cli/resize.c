@@ -104,14 +104,17 @@ truncate_image (const char *image, uint64_t size)
 static bool
 record_size (struct record *r, uint64_t size)
 {
+  struct record now;
   int lock = state_lock (CMD);
   bool ok = false;
 
   if (lock == -1)
     return false;
-  if (record_load_device (r->device, r) == -1)
+  if (record_load_device (r->device, &now) == -1 ||
+      strcmp (now.backend, r->backend) != 0)
     errorf (CMD ": %s: its record went away (detached?)", r->device);
   else {
+    *r = now;
     r->size = size;
     ok = record_write (r) == 0;
     if (!ok)
@@ -129,7 +132,7 @@ static bool
 server_serves (struct record *r, uint64_t size)
 {
   struct server_info info;
-  char why[PATH_MAX + 256];
+  char why[PATH_MAX + 256], log[PATH_MAX];
 
   if (r->nbdkit && !test_break ("resize-no-restart") &&
       !restart_server (CMD, r))
@@ -139,9 +142,9 @@ server_serves (struct record *r, uint64_t size)
     return false;
   }
   if (info.size != size) {
+    state_path (r->name, "log", log, sizeof log);
     errorf (CMD ": %s: its server serves %" PRIu64 " bytes of %s, not %"
-            PRIu64 " (see %s/%s.log)", r->device, info.size, r->image, size,
-            rundir (), r->device + 5);
+            PRIu64 " (see %s)", r->device, info.size, r->image, size, log);
     return false;
   }
   return true;
@@ -200,8 +203,10 @@ cmd_resize (int argc, char **argv)
   if (!record_find (CMD, argv[optind], &r))
     return EXIT_FAILED;
   idx = nbd_index (r.device);
-  if (!device_connected (idx)) {
-    errorf (CMD ": %s is not connected (pdio list)", r.device);
+  /* Its number may be another attachment's now. */
+  if (!device_is_ours (&r)) {
+    errorf (CMD ": %s is not connected as %s's device (pdio list)",
+            r.device, r.image);
     return EXIT_FAILED;
   }
   /* Sizing another file than the one served would be worse than useless. */

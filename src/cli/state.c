@@ -88,10 +88,9 @@ record_write (const struct record *r)
     return -1;
   fprintf (fp, "device=%s\nimage=%s\nsocket=%s\nreadonly=%d\n"
            "connections=%u\nblock_size=%" PRIu32 "\ndio_align=%" PRIu32 "\n"
-           "size=%" PRIu64 "\nbackend=%s\nserver_pid=%d\n",
+           "size=%" PRIu64 "\nserver_pid=%d\n",
            r->device, r->image, r->socket, r->readonly, r->connections,
-           r->block_size, r->dio_align, r->size, r->backend,
-           (int) r->server_pid);
+           r->block_size, r->dio_align, r->size, (int) r->server_pid);
   fprintf (fp, "supervisor_pid=%d\ntimeout=%u\ndead_timeout=%u\n"
            "autoclear=%d\nrestarts=%u\nreason=%s\ngave_up=%d\n",
            (int) r->supervisor_pid, r->timeout, r->dead_timeout, r->autoclear,
@@ -126,8 +125,6 @@ set_field (struct record *r, const char *key, const char *value)
     r->dio_align = strtoul (value, NULL, 10);
   else if (strcmp (key, "size") == 0)
     r->size = strtoull (value, NULL, 10);
-  else if (strcmp (key, "backend") == 0)
-    snprintf (r->backend, sizeof r->backend, "%s", value);
   else if (strcmp (key, "server_pid") == 0)
     r->server_pid = atoi (value);
   else if (strcmp (key, "supervisor_pid") == 0)

@@ -1433,6 +1433,35 @@ rs_detach() {
     fe_no_server
 }
 
+# A device the kernel made on demand (--device past nbds_max, 16 here):
+# resized like any other, the new space written through it and found in
+# the image, and still destroyed when detached (the resize's reconfigure
+# keeps the device's client flags and identity).
+RS_OD_IDX=20
+rs_od_gone() { [ ! -e "/sys/block/nbd$RS_OD_IDX" ]; }
+rs_on_demand() {
+    rm -f "$RS_IMG"
+    truncate -s $((16 * 1048576)) "$RS_IMG"
+    d=$(pdio attach --device "/dev/nbd$RS_OD_IDX" "$RS_IMG")
+    echo "$d" > "$STATE/rs.dev"
+    [ "$d" = "/dev/nbd$RS_OD_IDX" ]
+    [ "$(rs_field on_demand)" = 1 ] || { echo "not made on demand"; return 1; }
+    b=$(cat "/sys/block/nbd$RS_OD_IDX/backend")
+    pdio resize --size 24M "$d"
+    detail "$d (made on demand) resized: $(rs_dev_size) bytes, record $(rs_field size), backend $(cat "/sys/block/nbd$RS_OD_IDX/backend")"
+    [ "$(rs_dev_size)" = $((24 * 1048576)) ]
+    [ "$(rs_field size)" = $((24 * 1048576)) ]
+    [ "$(cat "/sys/block/nbd$RS_OD_IDX/backend")" = "$b" ]
+    head -c 1048576 /dev/urandom > /tmp/rs.od
+    dd if=/tmp/rs.od of="$d" bs=1048576 count=1 seek=20 oflag=direct conv=notrunc 2>/dev/null
+    dd if="$d" bs=1048576 count=1 skip=20 iflag=direct 2>/dev/null | cmp - /tmp/rs.od
+    dd if="$RS_IMG" bs=1048576 count=1 skip=20 2>/dev/null | cmp - /tmp/rs.od
+    pdio detach "$d"
+    fe_no_state
+    fe_no_server
+    wait_until 10 rs_od_gone || { echo "$d is still there after detach"; return 1; }
+}
+
 scenario_resize() {
     step "resize: pdio attach, mkfs.ext4 on 128 MiB, files, filled to $((RS_SLACK / 1048576)) MiB free" rs_attach ext4 $((128 * 1048576))
     step "resize: image grown to 256 MiB during fio verify, pdio resize, resize2fs: 0 errors, pdio list shows it" rs_grow ext4 $((256 * 1048576)) fio
@@ -1450,6 +1479,7 @@ scenario_resize() {
     step "resize: nbdkit: image grown to 256 MiB, pdio resize restarts nbdkit, resize2fs" rs_grow ext4 $((256 * 1048576)) nofio
     step "resize: nbdkit: $RS_NEW MiB of new files in the new space; all verify after remount, e2fsck -fn clean" rs_new_space ext4
     step "resize: nbdkit: pdio detach leaves nothing" rs_detach
+    step "resize: a device made on demand (/dev/nbd$RS_OD_IDX) grown to 24 MiB, written in the new space; destroyed on detach" rs_on_demand
 }
 
 # --- fstab at boot under systemd -------------------------------------------------------
