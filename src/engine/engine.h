@@ -108,9 +108,9 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
 extern uint64_t pdio_size (const struct pdio_image *img);
 /* Takes the image's size as it is now (a file grown or shrunk with
  * ftruncate, a block device resized) as the size served from the next
- * request on; requests already started keep the size they started with,
- * and so do those submitted with PDIO_SIZED.
- * Safe from any thread.  Sets *size and returns 0, or -errno (the size
+ * request on; requests already started keep the size they started with
+ * (and those submitted with PDIO_SIZED are judged against the size they
+ * carry).  Safe from any thread.  Sets *size and returns 0, or -errno (the size
  * served stays as it was).
  */
 extern int pdio_refresh_size (struct pdio_image *img, uint64_t *size);

@@ -2,7 +2,9 @@
  * request (pdio_submit; for BLOCK_STATUS an extents request); it ends in
  * conn_cmd_done, and nbd_cmd_reply turns
  * the result into the reply's bytes.  No socket I/O here: that is the
- * connection's (conn.c).
+ * connection's (conn.c).  Every engine request made for a command carries
+ * the size the command was judged against (cmd->size, PDIO_SIZED), so a
+ * resize never shows one command two sizes.
  *
  * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed, so that what
  * it holds does not grow with its length: its data goes through
