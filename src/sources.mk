@@ -31,19 +31,20 @@ PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
 SERVER_HANDSHAKE_C = %reldir%/server/handshake.c
 SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
-	%reldir%/server/server.c %reldir%/server/tls.c
+	%reldir%/server/server.c %reldir%/server/handover.c \
+	%reldir%/server/tls.c
 SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
-	%reldir%/server/tls.h \
-	%reldir%/server/internal.h %reldir%/server/cmd.h
+	%reldir%/server/internal.h %reldir%/server/cmd.h \
+	%reldir%/server/handover.h %reldir%/server/tls.h
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
-# pdio(1): attach, detach, list, serve, restart, mount.pdio, umount.pdio.
-# json.c is pure (tests/unit/test_json compiles it alone).
+# pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
+# umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone).
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_C = $(CLI_JSON_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
-	%reldir%/cli/restart.c %reldir%/cli/mount_pdio.c \
+	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \
 	%reldir%/cli/umount_pdio.c %reldir%/cli/supervise.c \
 	%reldir%/cli/announce.c %reldir%/cli/daemon.c \
 	%reldir%/cli/server_cmd.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \

@@ -40,6 +40,8 @@ struct serve_opts {
   unsigned long max_connections, handshake_secs;
   struct pdio_tls_config tlsc;
   const char *authz[64];
+  const char *handover;         /* native server: --handover-socket */
+  const char *take_over;        /* native server: --take-over */
 };
 
 static void
@@ -78,7 +80,13 @@ usage (FILE *fp)
 "                         io_uring is refused)\n"
 "      --threads N        worker threads (default one per CPU; not with\n"
 "                         --nbdkit)\n"
-"      --nbdkit           serve with nbdkit and pdio.so instead (TLS,\n"
+"      --handover-socket PATH  listen on PATH (a unix socket, mode 0600) for\n"
+"                         a successor to hand the live connections to\n"
+"      --take-over PATH   take over from the server listening on PATH: its\n"
+"                         listening sockets and its live connections, which\n"
+"                         never see a close; then listen there in turn.\n"
+"                         --socket or --port names what it listened on\n"
+"      --nbdkit           serve with nbdkit and pdio.so instead (its\n"
 "                         filters)\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
 "                         or pdio)\n", PDIO_SERVER_MAX_CONNECTIONS,
@@ -165,7 +173,7 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
     { "bind", required_argument, NULL, 'b' },
     { "max-connections", required_argument, NULL, 'M' },
-    { "handshake-timeout", required_argument, NULL, 'H' },
+    { "handshake-timeout", required_argument, NULL, 'W' },
     { "socket-mode", required_argument, NULL, 'm' },
     { "socket-group", required_argument, NULL, 'g' },
     { "tls", required_argument, NULL, 't' },
@@ -173,6 +181,8 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "tls-psk", required_argument, NULL, 'K' },
     { "tls-verify-peer", no_argument, NULL, 'V' },
     { "tls-authz", required_argument, NULL, 'Z' },
+    { "handover-socket", required_argument, NULL, 'H' },
+    { "take-over", required_argument, NULL, 'O' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -224,7 +234,7 @@ parse (int argc, char **argv, struct serve_opts *o)
         return EXIT_USAGE;
       }
       break;
-    case 'H':
+    case 'W':
       if (!parse_uint (optarg, 1, 3600, &o->handshake_secs)) {
         errorf (CMD ": --handshake-timeout %s: must be a number of seconds "
                 "from 1 to 3600", optarg);
@@ -263,6 +273,8 @@ parse (int argc, char **argv, struct serve_opts *o)
       }
       o->authz[o->tlsc.n_authz++] = optarg;
       break;
+    case 'H': o->handover = optarg; break;
+    case 'O': o->take_over = optarg; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -277,6 +289,24 @@ parse (int argc, char **argv, struct serve_opts *o)
     errorf (CMD ": --threads, --pidfile, --max-connections, "
             "--handshake-timeout, --socket-mode, --socket-group and the --tls "
             "options are for pdio's own server, not --nbdkit");
+    return EXIT_USAGE;
+  }
+  if (o->nbdkit && (o->threads || o->pidfile || o->handover ||
+                    o->take_over)) {
+    errorf (CMD ": --threads, --pidfile, --handover-socket and --take-over "
+            "are for pdio's own server, not --nbdkit (nbdkit cannot hand its "
+            "connections over)");
+    return EXIT_USAGE;
+  }
+  if (o->take_over && o->handover && strcmp (o->take_over, o->handover)) {
+    errorf (CMD ": --take-over %s: the server listens for its own successor "
+            "where it took over, not on --handover-socket %s", o->take_over,
+            o->handover);
+    return EXIT_USAGE;
+  }
+  if (o->take_over && o->socket == NULL && o->port == NULL) {
+    errorf (CMD ": --take-over: give the --socket or --port the old server "
+            "listens on");
     return EXIT_USAGE;
   }
   if (o->bind && o->port == NULL) {
@@ -404,6 +434,8 @@ cmd_serve (int argc, char **argv)
         .socket_mode = o.socket_mode ? strtoul (o.socket_mode, NULL, 8) : 0,
         .socket_gid = gid, .max_connections = o.max_connections,
         .handshake_secs = o.handshake_secs, .tls = o.tlsc,
+        .handover = o.take_over ? o.take_over : o.handover,
+        .take_over = o.take_over,
       });
   if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "

@@ -1,7 +1,8 @@
 /* The run directory (/run/pdio).  Per attachment, named after the image
  * (NAME, image_name in claim.c), because they exist before the kernel
  * picks the device: the image's claim NAME.claim, the server's socket
- * NAME.sock, its pid file NAME.pid and its log NAME.log (the previous
+ * NAME.sock, the socket where pdio's own server waits for a successor
+ * NAME.handover, its pid file NAME.pid and its log NAME.log (the previous
  * server's in NAME.log.prev).  Named after the device once it is
  * connected: the supervisor's log nbdN.supervisor.log and a record
  * nbdN.rec of "key=value" lines, so that list and detach know what attach
@@ -190,6 +191,30 @@ record_load_device (const char *device, struct record *r)
   return record_read (path, r);
 }
 
+bool
+record_find (const char *cmd, const char *what, struct record *out)
+{
+  char real[PATH_MAX];
+  int idx = nbd_index (what);
+  struct record *recs;
+  bool found = false;
+  size_t n;
+
+  recs = records_load (&n);
+  for (size_t i = 0; i < n && !found; i++)
+    if (idx >= 0 ? nbd_index (recs[i].device) == idx
+                 : strcmp (recs[i].image, what) == 0 ||
+                   (realpath (what, real) && strcmp (recs[i].image, real) == 0)) {
+      *out = recs[i];
+      found = true;
+    }
+  free (recs);
+  if (!found)
+    errorf ("%s: %s: not attached by pdio (no record in %s)", cmd, what,
+            rundir ());
+  return found;
+}
+
 static int
 by_device (const void *a, const void *b)
 {
@@ -236,7 +261,9 @@ records_load (size_t *n)
 void
 state_remove (const struct record *r)
 {
-  static const char *const named[] = { "sock", "pid", "log", "log.prev" };
+  static const char *const named[] = {
+    "sock", "handover", "pid", "log", "log.prev",
+  };
   char path[PATH_MAX];
 
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {

@@ -7,6 +7,13 @@
  * NBD_CMD_RECONFIGURE, and the kernel resends what was in flight: the
  * filesystem sees a pause, not an error.
  *
+ * pdio restart (SIGUSR1) with pdio's own server is a hand-over instead:
+ * the new server takes the live connections from the old one (pdio serve
+ * --take-over, src/server/handover.h) and the kernel sees nothing.  If
+ * that fails at any step, the old server is killed and replaced as after
+ * a crash, and the record's reason says so.  nbdkit cannot hand over: a
+ * restart of it is always the kill-and-reconnect.
+ *
  * Bounded: each death gets a few attempts with backoff, and more than
  * MAX_RESTARTS restarts within RESTART_WINDOW_S seconds is a crash loop;
  * either way it gives up, records why, and the kernel fails requests once
@@ -47,6 +54,10 @@
  * down asynchronously after it dies.
  */
 #define LOCK_WAIT_MS 10000
+/* A server that handed its connections over exits at once; one that does
+ * not within this long is killed (it holds nothing the device needs).
+ */
+#define HANDED_EXIT_MS 5000
 
 struct sup {
   struct record rec;
@@ -56,6 +67,7 @@ struct sup {
   struct nl_sock *ev;
   int claim;                    /* the image's claim, or -1 */
   bool restart_requested;
+  char requested_how[PATH_MAX + 256]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
 };
@@ -126,18 +138,32 @@ set_reason (struct sup *s, const char *fmt, ...)
       *p = ' ';
 }
 
-static void
-save (struct sup *s)
+/* What other commands change in the record: mount.pdio sets autoclear
+ * after attach, pdio resize the size.  A reconnect must expect the size
+ * the device has now, not the one it had at attach.  false if the record
+ * at the device's number is another attachment's.
+ */
+static bool
+refresh (struct sup *s)
 {
   struct record cur;
 
-  if (record_load_device (s->rec.device, &cur) == 0) {
-    /* The number went to another attachment: its record is not ours. */
-    if (strcmp (cur.backend, s->rec.backend) != 0)
-      return;
-    /* mount.pdio sets autoclear in the record after attach. */
-    s->rec.autoclear = cur.autoclear;
-  }
+  if (record_load_device (s->rec.device, &cur) != 0)
+    return true;
+  /* The number went to another attachment: its record is not ours. */
+  if (strcmp (cur.backend, s->rec.backend) != 0)
+    return false;
+  s->rec.autoclear = cur.autoclear;
+  if (!test_break ("supervisor-stale-size"))
+    s->rec.size = cur.size;
+  return true;
+}
+
+static void
+save (struct sup *s)
+{
+  if (!refresh (s))
+    return;
   if (record_write (&s->rec) == -1)
     say ("cannot write the record of %s: %m", s->rec.device);
 }
@@ -197,9 +223,26 @@ static bool
 start_and_reconnect (struct sup *s, char *why, size_t len)
 {
   char prev[PATH_MAX + 8], last[512];
+  char id[BACKEND_ID_MAX];
   pid_t pid;
   int status;
 
+  /* The right image, always: the path may name another file now (the
+   * image replaced, or moved and another put there).  The kernel would
+   * take the new server's sockets; its data would not be the device's.
+   * (A path that names nothing is left to the server, which says so.)
+   */
+  if (s->rec.backend[0] && !test_break ("no-identity-check") &&
+      backend_id (s->rec.image, id, why, len)) {
+    if (strcmp (id, s->rec.backend) != 0) {
+      int n = snprintf (why, len, "%s is not the image attached any more "
+                        "(it is %s, the device's is ", s->rec.image, id);
+
+      if (n > 0 && (size_t) n < len)
+        snprintf (why + n, len - n, "%s): not serving it", s->rec.backend);
+      return false;
+    }
+  }
   if (!image_lock_free (s->rec.image, LOCK_WAIT_MS)) {
     snprintf (why, len, "%s is still locked by another process after %d s",
               s->rec.image, LOCK_WAIT_MS / 1000);
@@ -219,6 +262,7 @@ start_and_reconnect (struct sup *s, char *why, size_t len)
     return false;
   }
   s->rec.server_pid = pid;
+  refresh (s);
   if (device_reconnect (&s->rec, why, len))
     return true;
   kill (pid, SIGKILL);
@@ -284,7 +328,7 @@ server_died (struct sup *s, int status)
   say ("server pid %d %s", (int) s->rec.server_pid, how);
   s->rec.restarts++;
   if (s->restart_requested)
-    set_reason (s, "pdio restart");
+    set_reason (s, "pdio restart%s", s->requested_how);
   else if (log_has (s->log, "raw_send_socket: Assertion"))
     /* Debian 12's nbdkit 1.32.5, when a client hangs up with replies
      * queued (fixed upstream in 1.33.10).
@@ -324,6 +368,7 @@ link_dead (struct sup *s)
   if (s->rec.gave_up || s->rec.server_pid <= 0 ||
       !pid_alive (s->rec.server_pid))
     return;
+  refresh (s);
   if (device_reconnect (&s->rec, why, sizeof why)) {
     say ("a connection of %s died with the server alive: handed it a fresh "
          "one", s->rec.device);
@@ -370,10 +415,87 @@ device_gone (struct sup *s, unsigned lock_ms)
   exit (EXIT_OK);
 }
 
+/* Waits for the server that handed over to exit; kills it if it does not.
+ * It is our child, unless a supervisor before us started it.
+ */
+static void
+reap_handed (pid_t old)
+{
+  int status;
+
+  for (unsigned t = 0; ; t += 10) {
+    pid_t w = waitpid (old, &status, WNOHANG);
+
+    if (w == old || (w == -1 && errno == ECHILD && !pid_alive (old)))
+      return;
+    if (t >= HANDED_EXIT_MS) {
+      say ("server pid %d handed over but did not exit within %d s: "
+           "killing it", (int) old, HANDED_EXIT_MS / 1000);
+      kill (old, SIGKILL);
+      waitpid (old, &status, 0);
+      return;
+    }
+    msleep (10);
+  }
+}
+
+/* pdio's own server: a successor takes the live connections over.  true
+ * once it serves them and the old server is gone; false with why set,
+ * the old server then alive or not.
+ */
+static bool
+hand_over (struct sup *s, char *why, size_t len)
+{
+  struct server_opts so = s->so;
+  char prev[PATH_MAX + 8], last[512];
+  pid_t old = s->rec.server_pid, pid;
+  long t0 = now_ms ();
+
+  so.take_over = true;
+  snprintf (prev, sizeof prev, "%s.prev", s->log);
+  rename (s->log, prev);
+  pid = server_start (&so, s->log, why, len);
+  if (pid <= 0) {
+    last_log_line (s->log, last, sizeof last);
+    if (last[0]) {
+      size_t n = strlen (why);
+
+      snprintf (why + n, len - n, ": %s", last);
+    }
+    return false;
+  }
+  reap_handed (old);
+  s->rec.server_pid = pid;
+  say ("server pid %d took the live connections of %s over from pid %d "
+       "in %ld ms", (int) pid, s->rec.device, (int) old, now_ms () - t0);
+  return true;
+}
+
 static void
 requested (struct sup *s)
 {
+  char why[PATH_MAX + 256];
+
   say ("restart requested (pdio restart)");
+  s->requested_how[0] = '\0';
+  if (s->so.native && s->rec.server_pid > 0 &&
+      pid_alive (s->rec.server_pid)) {
+    if (test_break ("handover-off"))
+      snprintf (why, sizeof why, "switched off (test break handover-off)");
+    else if (hand_over (s, why, sizeof why)) {
+      /* Not a death: it does not count towards a crash loop. */
+      s->rec.restarts++;
+      s->rec.gave_up = false;
+      set_reason (s, "pdio restart: live connections handed over");
+      save (s);
+      return;
+    }
+    say ("hand-over failed: %s; falling back to killing the server and "
+         "handing %s fresh connections", why, s->rec.device);
+    /* What happened first: a long why may be cut in the record. */
+    snprintf (s->requested_how, sizeof s->requested_how,
+              ": hand-over failed, fresh connections instead (%s)", why);
+  }
   if (s->rec.server_pid > 0 && pid_alive (s->rec.server_pid)) {
     /* SIGKILL, not SIGTERM: nbdkit answers the requests that arrive while
      * it shuts down with errors (ESHUTDOWN), which the kernel passes up
@@ -386,9 +508,11 @@ requested (struct sup *s)
     kill (s->rec.server_pid, SIGKILL);
     return;
   }
-  /* Given up earlier: the user may have fixed what was wrong. */
+  /* Given up earlier, or gone with a failed hand-over: the user may have
+   * fixed what was wrong.
+   */
   s->rec.restarts++;
-  set_reason (s, "pdio restart");
+  set_reason (s, "pdio restart%s", s->requested_how);
   s->nrecent = 0;
   restart (s, now_ms ());
 }

@@ -338,12 +338,16 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   if (r < 0)
     goto fail;
   check_filesystem (img);
-  r = lock_image (img);
+  r = cfg->lock_later ? 0 : lock_image (img);
   if (r < 0)
     goto fail;
 
-  img->direct_end = round_down (img->geo.size, img->geo.offset_align);
-  if (img->direct_end < img->geo.size && !img->readonly) {
+  atomic_init (&img->size, img->geo.size);
+  /* The image's last block is partial when its size is not a multiple of
+   * the alignment; a file can be resized while served (pdio_refresh_size),
+   * so a writable one always has the descriptor for it.
+   */
+  if (!img->readonly && !img->geo.blockdev) {
     img->tail_fd = open (img->file, O_RDWR | O_CLOEXEC);
     if (img->tail_fd == -1) {
       r = -errno;
@@ -382,6 +386,20 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   return r;
 }
 
+int
+pdio_lock_image (struct pdio_image *img)
+{
+  return lock_image (img);
+}
+
+void
+pdio_unlock_image (struct pdio_image *img)
+{
+  struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+
+  fcntl (img->fd, F_OFD_SETLK, &fl);
+}
+
 void
 pdio_close (struct pdio_image *img)
 {
@@ -401,10 +419,8 @@ pdio_close (struct pdio_image *img)
   /* Release the image lock now: a ring still being torn down by the kernel
    * may hold a reference to the file for a while after we close it.
    */
-  if (img->fd >= 0) {
-    struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
-    fcntl (img->fd, F_OFD_SETLK, &fl);
-  }
+  if (img->fd >= 0)
+    pdio_unlock_image (img);
   if (img->tail_fd >= 0)
     close (img->tail_fd);
   if (img->fd >= 0)
