@@ -28,6 +28,12 @@ on purpose against a server with TLS.
       its own connection: the caller checks that the server keeps serving.
       Prints a count per kind; exit 0, or 1 on a wrong reply.
 
+  tlsclient.py handover PORT CERTDIR FLAGDIR
+      A plain and a TLS connection in transmission (--tls=on); creates
+      FLAGDIR/ready, waits for FLAGDIR/go (the caller hands the server
+      over meanwhile), then: the plain one must be served by the
+      successor, the TLS one must have been closed.  Exit 0, or 1.
+
   tlsclient.py plain-hostile PORT N SEED
       rawclient.py hostile's plain-text abuses, over TCP, against a server
       with --tls=on (all but its STARTTLS one, which wants TLS off).
@@ -38,6 +44,7 @@ import socket
 import ssl
 import struct
 import sys
+import time
 
 NBDMAGIC = 0x4e42444d41474943
 IHAVEOPT = 0x49484156454F5054
@@ -366,6 +373,45 @@ def hostile(port, certdir, n, seed):
     print("%d hostile TLS connections" % n)
 
 
+def handover(port, certdir, flagdir):
+    """A TLS and a plain client in transmission across a hand-over: the
+    plain one must go on with the successor, the TLS one must have been
+    closed cleanly (answered, then the session ended), not left hanging
+    or fed garbage."""
+    p = connect(port)
+    greeting(p)
+    go(p)
+    s = connect(port)
+    greeting(s)
+    starttls(s)
+    t = tls_context(certdir).wrap_socket(s, server_hostname="localhost")
+    go(t)
+    for c, cookie in ((p, 1), (t, 2)):
+        send(c, request(CMD_READ, 0, 512, cookie=cookie))
+        magic, err, got = struct.unpack(">IIQ", recv_exact(c, 16))
+        if err or got != cookie:
+            raise SystemExit("read before the hand-over failed")
+        recv_exact(c, 512)
+    open(os.path.join(flagdir, "ready"), "w").close()
+    while not os.path.exists(os.path.join(flagdir, "go")):
+        time.sleep(0.1)
+    send(p, request(CMD_READ, 4096, 512, cookie=3))
+    magic, err, got = struct.unpack(">IIQ", recv_exact(p, 16))
+    if magic != SIMPLE_MAGIC or err or got != 3:
+        raise SystemExit("plain client after the hand-over: magic 0x%x "
+                         "error %d" % (magic, err))
+    recv_exact(p, 512)
+    print("plain connection: served by the successor")
+    try:
+        send(t, request(CMD_READ, 4096, 512, cookie=4))
+        data = t.recv(16)
+    except (Closed, ssl.SSLError, OSError):
+        data = b""
+    if data:
+        raise SystemExit("TLS connection after the hand-over got %r" % data)
+    print("TLS connection: closed by the old server")
+
+
 def plain_hostile(port, n, seed):
     """rawclient.py's abuses, over TCP to a server with --tls=on (all but
     its STARTTLS one, which expects TLS to be off)."""
@@ -386,6 +432,8 @@ def main():
         required(int(sys.argv[2]))
     elif sys.argv[1] == "x509":
         x509(int(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1] == "handover":
+        handover(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "plain-hostile":
         plain_hostile(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "hostile":
