@@ -34,6 +34,7 @@
 
 #include "engine.h"
 #include "tls.h"
+#include "vg.h"
 
 /* GnuTLS 3.x's soname, what libgnutls30 installs. */
 #define GNUTLS_SONAME "libgnutls.so.30"
@@ -439,6 +440,12 @@ queue_sock_send (struct tls_conn *tc)
     return true;
   if ((sqe = pdio_thread_sqe (tc->t)) == NULL)
     return false;
+  {
+    const struct iovec iov = { .iov_base = tc->out + tc->out_sent,
+                               .iov_len = tc->out_len - tc->out_sent };
+
+    vg_check_iov (&iov, 1);
+  }
   io_uring_prep_send (sqe, tc->fd, tc->out + tc->out_sent,
                       tc->out_len - tc->out_sent, MSG_NOSIGNAL);
   io_uring_sqe_set_data (sqe, &tc->sock_tx_c);
@@ -649,8 +656,13 @@ on_sock_recv (struct pdio_completion *pc, int res, uint32_t flags)
 
   (void) flags;
   tc->sock_rx_pending = false;
-  if (res > 0)
+  if (res > 0) {
+    /* For valgrind, which cannot see into the ring (vg.h). */
+    const struct iovec iov = { .iov_base = tc->in, .iov_len = TLS_IN_BYTES };
+
+    vg_kernel_wrote_iov (&iov, 1, res);
     tc->in_end = res;
+  }
   else
     tc->in_end_res = res == -EINTR || res == -EAGAIN ? 1 : res;
   if (res == -EINTR || res == -EAGAIN) {
