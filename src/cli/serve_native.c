@@ -222,6 +222,11 @@ serve_native (const struct native_serve *o)
                                               o->socket_gid, &log)
                    : pdio_server_listen_tcp (o->bind, o->port, &log);
     if (fd >= 0 && o->port && !pdio_server_is_loopback (fd) &&
+        o->tls.mode == PDIO_TLS_ON)
+      warnf (CMD ": warning: --tls=on on %s port %s: clients that do not ask "
+             "for TLS are served too, in plain text (--tls=require refuses "
+             "them)", o->bind, o->port);
+    if (fd >= 0 && o->port && !pdio_server_is_loopback (fd) &&
         o->tls.mode == PDIO_TLS_OFF) {
       if (o->plain_beyond_loopback)
         warnf (CMD ": warning: serving %s in plain text, without "
