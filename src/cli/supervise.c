@@ -367,13 +367,19 @@ server_hung (struct sup *s)
  * that accepts and says nothing takes up to negotiate.c's 10 s: it then
  * counts as an answer owed since the attempt began.
  */
+static bool
+watching (const struct sup *s)
+{
+  return !s->rec.gave_up && s->rec.server_pid > 0 && !s->hung_ms &&
+    !test_break ("no-watchdog");
+}
+
 static void
 watch (struct sup *s)
 {
   long now = now_ms ();
 
-  if (s->rec.gave_up || s->rec.server_pid <= 0 || s->hung_ms ||
-      test_break ("no-watchdog"))
+  if (!watching (s))
     return;
   if (s->wd.fd < 0 && now >= s->wd.due) {
     struct nbd_offer o;
@@ -560,7 +566,7 @@ supervise (const struct record *r, const struct server_opts *so,
       { .fd = s.ev ? nbdnl_events_fd (s.ev) : -1, .events = POLLIN },
       { .fd = s.wd.fd, .events = POLLIN },
     };
-    long wait = watchdog_wait_ms (&s.wd, now_ms ());
+    long wait = watching (&s) ? watchdog_wait_ms (&s.wd, now_ms ()) : 1000;
 
     if (poll (p, 3, wait < 1000 ? wait : 1000) == -1 && errno != EINTR) {
       say ("poll: %m");
