@@ -31,9 +31,10 @@ PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
 SERVER_HANDSHAKE_C = %reldir%/server/handshake.c
 SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
-	%reldir%/server/server.c
+	%reldir%/server/server.c %reldir%/server/handover.c
 SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
-	%reldir%/server/internal.h %reldir%/server/cmd.h
+	%reldir%/server/internal.h %reldir%/server/cmd.h \
+	%reldir%/server/handover.h
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, mount.pdio, umount.pdio.

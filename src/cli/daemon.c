@@ -179,7 +179,9 @@ start_daemon (const struct server_opts *o, const char *log, char *why,
   pid_t pid, server;
   int status = -1;
 
-  unlink (o->socket);
+  /* A successor inherits the listening socket bound there. */
+  if (!o->take_over)
+    unlink (o->socket);
   unlink (o->pidfile);
   server_argv (o, &cmd);
   pid = run_background ((char **) cmd.argv, log);

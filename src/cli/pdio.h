@@ -366,6 +366,10 @@ struct server_opts {
   bool native;                  /* pdio's own server: pdio serve */
   const char *pdio;             /* native: this pdio's path */
   unsigned threads;             /* native: worker threads (0: default) */
+  char handover[PATH_MAX];      /* native: where the server listens for a
+                                   successor (RUNDIR/NAME.handover), or "" */
+  bool take_over;               /* native: start as the successor of the
+                                   server listening on handover */
 };
 /* The server's command line, and the strings it points into. */
 struct server_cmd {
@@ -442,6 +446,10 @@ struct native_serve {
   unsigned threads;             /* 0: one per CPU */
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
   bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+  const char *handover;         /* listen there for a successor, or NULL */
+  const char *take_over;        /* take over from the server listening
+                                   for a successor there (its listening
+                                   sockets and connections), or NULL */
 };
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);

@@ -1,9 +1,12 @@
 /* pdio restart DEVICE|IMAGE: replace the server on purpose (after an
  * upgrade, say) while the device stays connected and mounted.  The
- * supervisor does it (SIGUSR1): it kills the server, starts a new one and
- * hands the device fresh connections; this waits until the record says
- * it is done.  If the supervisor is gone, this starts a new one that does
- * the same.
+ * supervisor does it (SIGUSR1): with pdio's own server, the new server
+ * takes the live connections over from the old one and the kernel sees
+ * nothing; with nbdkit, or if the hand-over fails, it kills the server,
+ * starts a new one and hands the device fresh connections.  This waits
+ * until the record says it is done, and prints which it was.  If the
+ * supervisor is gone, this starts a new one, which replaces the server
+ * the second way.
  */
 #include <config.h>
 
@@ -28,9 +31,13 @@ usage (FILE *fp)
 {
   fprintf (fp,
 "Usage: pdio restart DEVICE|IMAGE\n"
-"Replace the device's server with a new one; the device stays connected\n"
-"(requests wait, then are resent).  If its supervisor is gone, a new one\n"
-"is started.\n");
+"Replace the device's server with a new one; the device stays connected.\n"
+"pdio's own server hands its live connections to the new one: no request\n"
+"fails or waits for a timeout.  With --nbdkit, or if the hand-over fails\n"
+"(said so), the old server is killed and the device gets fresh\n"
+"connections: requests in flight wait for their timeout, then are resent.\n"
+"If the device's supervisor is gone, a new one is started (and the server\n"
+"is replaced the second way).\n");
 }
 
 /* The record a DEVICE or IMAGE argument names. */
@@ -199,7 +206,7 @@ cmd_restart (int argc, char **argv)
     }
     msleep (50);
   }
-  printf ("%s: server pid %d replaced by pid %d\n", r.device,
-          (int) r.server_pid, (int) now.server_pid);
+  printf ("%s: server pid %d replaced by pid %d (%s)\n", r.device,
+          (int) r.server_pid, (int) now.server_pid, now.reason);
   return EXIT_OK;
 }

@@ -31,6 +31,8 @@ struct serve_opts {
   unsigned long threads;        /* native server: 0 = one per CPU */
   const char *pidfile;          /* native server: daemon mode (attach) */
   bool exit_with_parent;        /* native server: for the tests */
+  const char *handover;         /* native server: --handover-socket */
+  const char *take_over;        /* native server: --take-over */
 };
 
 static void
@@ -50,6 +52,12 @@ usage (FILE *fp)
 "                         io_uring is refused)\n"
 "      --threads N        worker threads (default one per CPU; not with\n"
 "                         --nbdkit)\n"
+"      --handover-socket PATH  listen on PATH (a unix socket, mode 0600) for\n"
+"                         a successor to hand the live connections to\n"
+"      --take-over PATH   take over from the server listening on PATH: its\n"
+"                         listening sockets and its live connections, which\n"
+"                         never see a close; then listen there in turn.\n"
+"                         --socket or --port names what it listened on\n"
 "      --nbdkit           serve with nbdkit and pdio.so instead (TLS,\n"
 "                         filters)\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
@@ -70,6 +78,8 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "nbdkit", no_argument, NULL, 'N' },
     { "pidfile", required_argument, NULL, 'F' },  /* for attach */
     { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
+    { "handover-socket", required_argument, NULL, 'H' },
+    { "take-over", required_argument, NULL, 'O' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -113,6 +123,8 @@ parse (int argc, char **argv, struct serve_opts *o)
     case 'N': o->nbdkit = true; break;
     case 'F': o->pidfile = optarg; break;
     case 'E': o->exit_with_parent = true; break;
+    case 'H': o->handover = optarg; break;
+    case 'O': o->take_over = optarg; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -120,9 +132,22 @@ parse (int argc, char **argv, struct serve_opts *o)
     errorf (CMD ": --socket and --port: choose one");
     return EXIT_USAGE;
   }
-  if (o->nbdkit && (o->threads || o->pidfile)) {
-    errorf (CMD ": --threads and --pidfile are for pdio's own server, not "
-            "--nbdkit");
+  if (o->nbdkit && (o->threads || o->pidfile || o->handover ||
+                    o->take_over)) {
+    errorf (CMD ": --threads, --pidfile, --handover-socket and --take-over "
+            "are for pdio's own server, not --nbdkit (nbdkit cannot hand its "
+            "connections over)");
+    return EXIT_USAGE;
+  }
+  if (o->take_over && o->handover && strcmp (o->take_over, o->handover)) {
+    errorf (CMD ": --take-over %s: the server listens for its own successor "
+            "where it took over, not on --handover-socket %s", o->take_over,
+            o->handover);
+    return EXIT_USAGE;
+  }
+  if (o->take_over && o->socket == NULL && o->port == NULL) {
+    errorf (CMD ": --take-over: give the --socket or --port the old server "
+            "listens on");
     return EXIT_USAGE;
   }
   if (optind != argc - 1) {
@@ -215,6 +240,8 @@ cmd_serve (int argc, char **argv)
                    : PDIO_BACKEND_URING,
         .threads = o.threads, .pidfile = o.pidfile,
         .exit_with_parent = o.exit_with_parent,
+        .handover = o.take_over ? o.take_over : o.handover,
+        .take_over = o.take_over,
       });
   if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "

@@ -3,6 +3,16 @@
  * or SIGHUP, after which the requests in flight are finished and answered
  * and pdio exits 0.
  *
+ * With --handover-socket it also listens there for a successor (pdio
+ * restart): when one says hello, the server finishes what it started,
+ * lets go of the image's lock and sends its listening sockets and live
+ * connections (handover.h, from pdio_server_run), then exits 0 once the
+ * successor has them, leaving the socket paths and pid
+ * file to it.  With --take-over it is that successor: it opens the image
+ * without its lock and starts its workers first, then takes the sockets
+ * and the lock over (pdio_server_run), so that the connections wait only
+ * for the hand-over itself.
+ *
  * With --pidfile (what pdio attach uses) it becomes a daemon the way
  * nbdkit -P does: the first process opens the image and listens, so that
  * its exit status says whether serving works; the daemon it forks writes
@@ -25,6 +35,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "handover.h"
 #include "pdio.h"
 #include "server.h"
 
@@ -59,6 +70,7 @@ struct announce {
   const struct native_serve *o;
   struct pdio_info info;
   int ready_fd;                 /* daemon: tell the first process */
+  struct handover *taken;       /* --take-over: what was taken over */
 };
 
 static void
@@ -67,6 +79,9 @@ ready (void *opaque)
   struct announce *a = opaque;
   const struct native_serve *o = a->o;
 
+  if (a->taken)
+    fprintf (stderr, CMD ": took over %zu connections from pid %d\n",
+             a->taken->n, (int) a->taken->peer);
   if (o->pidfile) {
     FILE *fp = fopen (o->pidfile, "we");
 
@@ -123,6 +138,25 @@ daemonize (int *ready_fd)
   return true;
 }
 
+/* pdio_server_run sent the connections over: true once the successor
+ * says it serves them.
+ */
+static bool
+hand_over (struct handover *ho, const struct pdio_log *log)
+{
+  size_t n = ho->n;
+  bool ok = handover_wait_ack (ho, log);
+
+  if (ok)
+    fprintf (stderr, CMD ": handed %zu connections over to pid %d\n", n,
+             (int) ho->peer);
+  else
+    errorf (CMD ": the hand-over to pid %d failed: its %zu connections are "
+            "closed", (int) ho->peer, n);
+  handover_free (ho);
+  return ok;
+}
+
 int
 serve_native (const struct native_serve *o)
 {
@@ -138,12 +172,15 @@ serve_native (const struct native_serve *o)
     .file = o->image, .readonly = o->readonly, .backend = o->backend,
     .align = o->align, .log = log,
     .bounce_canary = canary != NULL && strcmp (canary, "1") == 0,
+    /* The old server holds it until it hands over. */
+    .lock_later = o->take_over != NULL,
   };
   struct announce a = { .o = o, .ready_fd = -1 };
   char description[PATH_MAX + 16], base[PATH_MAX];
+  struct handover taken, handed;
   struct pdio_image *img;
   sigset_t sigs;
-  int fd, r;
+  int fd = -1, hfd = -1, r;
 
   /* Blocked before any thread starts, so every thread inherits it and
    * the signals queue for the server's signalfd.
@@ -158,14 +195,25 @@ serve_native (const struct native_serve *o)
   if (o->exit_with_parent)
     prctl (PR_SET_PDEATHSIG, SIGTERM);
 
+  handover_init (&taken);
+  handover_init (&handed);
   if (pdio_open (&cfg, &img) < 0)
     return EXIT_FAILED;         /* the engine said why */
   pdio_get_info (img, &a.info);
-  fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
-                 : pdio_server_listen_tcp (o->port, &log);
-  if (fd < 0) {
-    pdio_close (img);
-    return EXIT_FAILED;
+  if (o->take_over)
+    a.taken = &taken;           /* the sockets come with the connections */
+  else {
+    fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
+                   : pdio_server_listen_tcp (o->port, &log);
+    if (fd >= 0 && o->handover &&
+        (hfd = handover_listen (o->handover, &log)) < 0) {
+      close (fd);
+      fd = -1;
+    }
+    if (fd < 0) {
+      pdio_close (img);
+      return EXIT_FAILED;
+    }
   }
   if (o->pidfile)
     daemonize (&a.ready_fd);
@@ -174,13 +222,26 @@ serve_native (const struct native_serve *o)
   snprintf (description, sizeof description, "pdio: %s", basename (base));
   r = pdio_server_run (&(struct pdio_server_config) {
       .img = img, .threads = o->threads, .description = description,
-      .log = log,
-    }, fd, &sigs, ready, &a);
-  if (o->socket)
-    unlink (o->socket);
-  if (o->pidfile)
-    unlink (o->pidfile);
-  {
+      .log = log, .handover_fd = hfd, .take_over = o->take_over,
+      .listen_path = o->socket, .taken = &taken,
+    }, fd, &sigs, ready, &a, &handed);
+  handover_free (&taken);
+  /* The paths stay for the successor, even one whose hand-over failed
+   * (the supervisor binds them again); after a failed take-over they may
+   * still be the old server's.
+   */
+  if (r == 0 || (r < 0 && r != -EPIPE && !o->take_over)) {
+    if (o->socket)
+      unlink (o->socket);
+    if (o->handover)
+      unlink (o->handover);
+    if (o->pidfile)
+      unlink (o->pidfile);
+  }
+  /* A take-over that failed served nothing: its error stays the last
+   * line, which the supervisor quotes.
+   */
+  if (r >= 0 || !o->take_over) {
     struct pdio_stats st;
     char buf[512];
 
@@ -189,5 +250,12 @@ serve_native (const struct native_serve *o)
     fprintf (stderr, CMD ": stats: %s\n", buf);
   }
   pdio_close (img);
+  if (r == PDIO_SERVER_HANDED_OVER)
+    return hand_over (&handed, &log) ? EXIT_OK : EXIT_FAILED;
+  if (r == -EPIPE) {
+    errorf (CMD ": the hand-over to pid %d failed: its %zu connections are "
+            "closed", (int) handed.peer, handed.n);
+    handover_free (&handed);
+  }
   return r == 0 ? EXIT_OK : EXIT_FAILED;
 }

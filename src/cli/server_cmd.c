@@ -25,6 +25,11 @@ native_argv (const struct server_opts *o, struct server_cmd *c)
   argv[i++] = o->pidfile;
   argv[i++] = "--socket";
   argv[i++] = o->socket;
+  if (o->handover[0]) {
+    /* The successor listens for its own successor where it took over. */
+    argv[i++] = o->take_over ? "--take-over" : "--handover-socket";
+    argv[i++] = o->handover;
+  }
   if (o->readonly)
     argv[i++] = "--read-only";
   if (o->threads) {
@@ -96,9 +101,14 @@ struct server_opts
 record_server_opts (const struct record *r, const char *pdio,
                     const char *nbdkit, const char *pidfile)
 {
-  return (struct server_opts) {
+  struct server_opts o = {
     .nbdkit = nbdkit, .plugin = r->plugin, .image = r->image,
     .socket = r->socket, .pidfile = pidfile, .readonly = r->readonly,
     .native = !r->nbdkit, .pdio = pdio, .threads = r->threads,
   };
+
+  /* nbdkit cannot hand its connections over: restarts replace it. */
+  if (o.native)
+    state_path (r->name, "handover", o.handover, sizeof o.handover);
+  return o;
 }

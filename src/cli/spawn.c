@@ -121,20 +121,24 @@ run_child (char *const argv[])
 bool
 pid_alive (pid_t pid)
 {
-  char path[64], state = '?';
+  char path[64], state;
   FILE *fp;
 
   if (pid <= 0 || (kill (pid, 0) == -1 && errno == ESRCH))
     return false;
-  /* A zombie is gone for our purposes (its files are closed). */
+  /* A zombie is gone for our purposes (its files are closed).  It may
+   * also be reaped between kill() and here (init reaps a server whose
+   * supervisor was stopped): no /proc entry means gone too.
+   */
   snprintf (path, sizeof path, "/proc/%d/stat", (int) pid);
   fp = fopen (path, "re");
-  if (fp) {
-    if (fscanf (fp, "%*d (%*[^)]) %c", &state) != 1)
-      state = '?';
-    fclose (fp);
-  }
-  return state != 'Z';
+  if (fp == NULL)
+    return errno != ENOENT && errno != ESRCH;
+  /* Unreadable once open: reaped in between as well. */
+  if (fscanf (fp, "%*d (%*[^)]) %c", &state) != 1)
+    state = 'X';
+  fclose (fp);
+  return state != 'Z' && state != 'X';
 }
 
 bool

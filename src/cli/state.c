@@ -1,7 +1,8 @@
 /* The run directory (/run/pdio).  Per attachment, named after the image
  * (NAME, image_name in claim.c), because they exist before the kernel
  * picks the device: the image's claim NAME.claim, the server's socket
- * NAME.sock, its pid file NAME.pid and its log NAME.log (the previous
+ * NAME.sock, the socket where pdio's own server waits for a successor
+ * NAME.handover, its pid file NAME.pid and its log NAME.log (the previous
  * server's in NAME.log.prev).  Named after the device once it is
  * connected: the supervisor's log nbdN.supervisor.log and a record
  * nbdN.rec of "key=value" lines, so that list and detach know what attach
@@ -238,7 +239,9 @@ records_load (size_t *n)
 void
 state_remove (const struct record *r)
 {
-  static const char *const named[] = { "sock", "pid", "log", "log.prev" };
+  static const char *const named[] = {
+    "sock", "handover", "pid", "log", "log.prev",
+  };
   char path[PATH_MAX];
 
   for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {

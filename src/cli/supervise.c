@@ -7,6 +7,13 @@
  * NBD_CMD_RECONFIGURE, and the kernel resends what was in flight: the
  * filesystem sees a pause, not an error.
  *
+ * pdio restart (SIGUSR1) with pdio's own server is a hand-over instead:
+ * the new server takes the live connections from the old one (pdio serve
+ * --take-over, src/server/handover.h) and the kernel sees nothing.  If
+ * that fails at any step, the old server is killed and replaced as after
+ * a crash, and the record's reason says so.  nbdkit cannot hand over: a
+ * restart of it is always the kill-and-reconnect.
+ *
  * Bounded: each death gets a few attempts with backoff, and more than
  * MAX_RESTARTS restarts within RESTART_WINDOW_S seconds is a crash loop;
  * either way it gives up, records why, and the kernel fails requests once
@@ -52,6 +59,10 @@
  * down asynchronously after it dies.
  */
 #define LOCK_WAIT_MS 10000
+/* A server that handed its connections over exits at once; one that does
+ * not within this long is killed (it holds nothing the device needs).
+ */
+#define HANDED_EXIT_MS 5000
 
 struct sup {
   struct record rec;
@@ -64,6 +75,7 @@ struct sup {
   struct watchdog wd;
   long hung_ms;                 /* the server was killed as hung after
                                    owing an answer this long, or 0 */
+  char requested_how[PATH_MAX + 256]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
 };
@@ -293,7 +305,7 @@ server_died (struct sup *s, int status)
   watchdog_forget (&s->wd);
   s->rec.restarts++;
   if (s->restart_requested)
-    set_reason (s, "pdio restart");
+    set_reason (s, "pdio restart%s", s->requested_how);
   else if (s->hung_ms)
     set_reason (s, "server hung: no answer for %ld s", s->hung_ms / 1000);
   else if (log_has (s->log, "raw_send_socket: Assertion"))
@@ -430,10 +442,87 @@ device_gone (struct sup *s, unsigned lock_ms)
   exit (EXIT_OK);
 }
 
+/* Waits for the server that handed over to exit; kills it if it does not.
+ * It is our child, unless a supervisor before us started it.
+ */
+static void
+reap_handed (pid_t old)
+{
+  int status;
+
+  for (unsigned t = 0; ; t += 10) {
+    pid_t w = waitpid (old, &status, WNOHANG);
+
+    if (w == old || (w == -1 && errno == ECHILD && !pid_alive (old)))
+      return;
+    if (t >= HANDED_EXIT_MS) {
+      say ("server pid %d handed over but did not exit within %d s: "
+           "killing it", (int) old, HANDED_EXIT_MS / 1000);
+      kill (old, SIGKILL);
+      waitpid (old, &status, 0);
+      return;
+    }
+    msleep (10);
+  }
+}
+
+/* pdio's own server: a successor takes the live connections over.  true
+ * once it serves them and the old server is gone; false with why set,
+ * the old server then alive or not.
+ */
+static bool
+hand_over (struct sup *s, char *why, size_t len)
+{
+  struct server_opts so = s->so;
+  char prev[PATH_MAX + 8], last[512];
+  pid_t old = s->rec.server_pid, pid;
+  long t0 = now_ms ();
+
+  so.take_over = true;
+  snprintf (prev, sizeof prev, "%s.prev", s->log);
+  rename (s->log, prev);
+  pid = server_start (&so, s->log, why, len);
+  if (pid <= 0) {
+    last_log_line (s->log, last, sizeof last);
+    if (last[0]) {
+      size_t n = strlen (why);
+
+      snprintf (why + n, len - n, ": %s", last);
+    }
+    return false;
+  }
+  reap_handed (old);
+  s->rec.server_pid = pid;
+  say ("server pid %d took the live connections of %s over from pid %d "
+       "in %ld ms", (int) pid, s->rec.device, (int) old, now_ms () - t0);
+  return true;
+}
+
 static void
 requested (struct sup *s)
 {
+  char why[PATH_MAX + 256];
+
   say ("restart requested (pdio restart)");
+  s->requested_how[0] = '\0';
+  if (s->so.native && s->rec.server_pid > 0 &&
+      pid_alive (s->rec.server_pid)) {
+    if (test_break ("handover-off"))
+      snprintf (why, sizeof why, "switched off (test break handover-off)");
+    else if (hand_over (s, why, sizeof why)) {
+      /* Not a death: it does not count towards a crash loop. */
+      s->rec.restarts++;
+      s->rec.gave_up = false;
+      set_reason (s, "pdio restart: live connections handed over");
+      save (s);
+      return;
+    }
+    say ("hand-over failed: %s; falling back to killing the server and "
+         "handing %s fresh connections", why, s->rec.device);
+    /* What happened first: a long why may be cut in the record. */
+    snprintf (s->requested_how, sizeof s->requested_how,
+              ": hand-over failed, fresh connections instead (%s)", why);
+  }
   if (s->rec.server_pid > 0 && pid_alive (s->rec.server_pid)) {
     /* SIGKILL, not SIGTERM: nbdkit answers the requests that arrive while
      * it shuts down with errors (ESHUTDOWN), which the kernel passes up
@@ -446,9 +535,11 @@ requested (struct sup *s)
     kill (s->rec.server_pid, SIGKILL);
     return;
   }
-  /* Given up earlier: the user may have fixed what was wrong. */
+  /* Given up earlier, or gone with a failed hand-over: the user may have
+   * fixed what was wrong.
+   */
   s->rec.restarts++;
-  set_reason (s, "pdio restart");
+  set_reason (s, "pdio restart%s", s->requested_how);
   s->nrecent = 0;
   restart (s, now_ms ());
 }

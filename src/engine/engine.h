@@ -70,6 +70,10 @@ struct pdio_config {
   bool bounce_canary;           /* testing: fill bounce pages with
                                    PDIO_CANARY whenever they are free, so a
                                    leak of stale bounce memory shows */
+  bool lock_later;              /* the caller takes the image lock with
+                                   pdio_lock_image before any request: a server
+                                   that takes over from another prepares
+                                   while the other still holds it */
   struct pdio_log log;
 };
 
@@ -82,6 +86,15 @@ struct pdio_image;
  */
 extern int pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp);
 extern void pdio_close (struct pdio_image *img);
+/* With lock_later: takes the image lock (0, or -EBUSY with the holder
+ * named in the log).
+ */
+extern int pdio_lock_image (struct pdio_image *img);
+/* Lets go of the image lock before pdio_close, once no request will run
+ * any more: a server handing over lets its successor take the image
+ * while its own threads are still being torn down.
+ */
+extern void pdio_unlock_image (struct pdio_image *img);
 
 struct pdio_info {
   uint64_t size;

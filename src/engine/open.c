@@ -338,7 +338,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   if (r < 0)
     goto fail;
   check_filesystem (img);
-  r = lock_image (img);
+  r = cfg->lock_later ? 0 : lock_image (img);
   if (r < 0)
     goto fail;
 
@@ -382,6 +382,20 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   return r;
 }
 
+int
+pdio_lock_image (struct pdio_image *img)
+{
+  return lock_image (img);
+}
+
+void
+pdio_unlock_image (struct pdio_image *img)
+{
+  struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+
+  fcntl (img->fd, F_OFD_SETLK, &fl);
+}
+
 void
 pdio_close (struct pdio_image *img)
 {
@@ -401,10 +415,8 @@ pdio_close (struct pdio_image *img)
   /* Release the image lock now: a ring still being torn down by the kernel
    * may hold a reference to the file for a while after we close it.
    */
-  if (img->fd >= 0) {
-    struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
-    fcntl (img->fd, F_OFD_SETLK, &fl);
-  }
+  if (img->fd >= 0)
+    pdio_unlock_image (img);
   if (img->tail_fd >= 0)
     close (img->tail_fd);
   if (img->fd >= 0)

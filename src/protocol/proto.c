@@ -38,6 +38,17 @@ nbd_parse_request (const uint8_t buf[NBD_REQUEST_LEN], struct nbd_request *r)
   return true;
 }
 
+void
+nbd_request_bytes (uint8_t buf[NBD_REQUEST_LEN], const struct nbd_request *r)
+{
+  nbd_put32 (buf, NBD_REQUEST_MAGIC);
+  nbd_put16 (buf + 4, r->flags);
+  nbd_put16 (buf + 6, r->type);
+  nbd_put64 (buf + 8, r->cookie);
+  nbd_put64 (buf + 16, r->offset);
+  nbd_put32 (buf + 24, r->count);
+}
+
 /* The command flags a command may carry in this session. */
 static uint16_t
 allowed_flags (uint16_t type, const struct nbd_session *s)

@@ -199,6 +199,11 @@ struct nbd_request {
 /* false if the magic is wrong (the stream is lost: hang up). */
 extern bool nbd_parse_request (const uint8_t buf[NBD_REQUEST_LEN],
                                struct nbd_request *r);
+/* The request's 28 bytes as a client sends them: what nbd_parse_request
+ * read, for a server handing a request it has not started to another.
+ */
+extern void nbd_request_bytes (uint8_t buf[NBD_REQUEST_LEN],
+                               const struct nbd_request *r);
 
 /* The verdict on a parsed request. */
 struct nbd_verdict {

@@ -10,6 +10,22 @@
  *                      the watchdog) to DEAD.
  *   CONN_DRAINING      the soft end: no request is read any more; once
  *                      every request read has its reply sent, DEAD.
+ *   CONN_HANDING_OVER  the server hands its connections to a successor
+ *                      (handover.h): no request is read or started any
+ *                      more; the pending receive is cancelled, and what
+ *                      it brought is kept -- except that a streamed
+ *                      WRITE, started at its header, still receives the
+ *                      rest of its payload: its range is locked and
+ *                      pieces of it may be on the disk, so only this
+ *                      server can finish it.  Once every request started
+ *                      has its reply sent, the socket and the bytes of
+ *                      the first request not started (part of a header,
+ *                      or a whole one, and a WRITE's payload so far) go
+ *                      to the worker's hand-over list and the connection
+ *                      is freed without a close: the client sees nothing.
+ *                      A connection taken over starts in TRANSMISSION
+ *                      with those bytes (conn_adopt), which take the path
+ *                      of bytes received.
  *   CONN_DEAD          the hard end: the socket is shut down, the receive
  *                      cancelled, the replies not being sent dropped; the
  *                      connection is freed once nothing of it is in
@@ -62,6 +78,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "handover.h"
 #include "handshake.h"
 #include "internal.h"
 #include "vg.h"
@@ -82,6 +99,7 @@ enum conn_phase {
   CONN_HANDSHAKE,
   CONN_TRANSMISSION,
   CONN_DRAINING,
+  CONN_HANDING_OVER,
   CONN_DEAD,
 };
 
@@ -130,6 +148,15 @@ struct conn {
   struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
+  /* Taken over mid-WRITE: the payload bytes the old server received,
+   * used when the header in hdr is started; taken_payload is NULL if they
+   * were a refused WRITE's, read and dropped.  A streamed WRITE takes
+   * them piece by piece, as if received, as its buffers come free: until
+   * then taken_left of them, from taken_payload + payload_got, wait.
+   */
+  uint8_t *taken_payload;
+  uint32_t taken_got;
+  uint32_t taken_left;
   struct msghdr rx_msg;         /* a payload and the next header */
   struct iovec rx_iov[2];       /* where the pending receive goes */
   int rx_iovcnt;
@@ -285,6 +312,13 @@ stream_let_go (struct conn *c, struct nbd_cmd *cmd)
   }
 }
 
+/* A streamed WRITE is started and its payload still coming. */
+static bool
+receiving_stream (const struct conn *c)
+{
+  return c->rx == RX_PAYLOAD && c->rx_cmd && c->rx_cmd->stream;
+}
+
 /* --- the end ------------------------------------------------------------------- */
 /* What of c the ring or the engine still holds: c outlives all of it. */
 static bool
@@ -329,8 +363,9 @@ drop_rx_cmd (struct conn *c)
     nbd_cmd_free (c, cmd);
 }
 
+/* Frees c; its socket is closed unless it was handed over. */
 static void
-conn_free (struct conn *c)
+conn_free (struct conn *c, bool close_socket)
 {
   struct worker *w = c->w;
   struct nbd_cmd *cmd;
@@ -351,11 +386,64 @@ conn_free (struct conn *c)
     pdio_format_stats (&st, buf, sizeof buf);
     worker_log (w, PDIO_LOG_DEBUG, "connection %d: stats: %s", c->fd, buf);
   }
-  close (c->fd);
+  if (close_socket)
+    close (c->fd);
   LIST_REMOVE (c, link);
   w->conns.n--;
   free (c->hs);
+  free (c->taken_payload);
   free (c);
+}
+
+/* CONN_HANDING_OVER is over: the socket and the bytes of the first
+ * request not started go to the worker's hand-over list.
+ */
+static void
+handed (struct conn *c)
+{
+  struct handover_conn h = {
+    .fd = c->fd, .s = c->s, .hdr_got = c->hdr_got,
+  };
+
+  switch (c->rx) {
+  case RX_HEADER:
+    memcpy (h.hdr, c->hdr, NBD_REQUEST_LEN);
+    break;
+  case RX_PAYLOAD:
+  case RX_DISCARD:
+    /* Not a streamed WRITE: that one runs (in_flight) until its payload
+     * is all in.  hdr is where the next header goes: the WRITE's header
+     * is rebuilt from what was parsed, as the client sent it.
+     */
+    nbd_request_bytes (h.hdr, &c->rx_cmd->nbd);
+    h.hdr_got = NBD_REQUEST_LEN;
+    if (c->rx == RX_DISCARD)
+      h.payload_got = c->rx_cmd->nbd.count - c->discard_left;
+    else if ((h.payload_got = c->payload_got) > 0) {
+      h.payload = malloc (h.payload_got);
+      if (h.payload == NULL) {
+        conn_abort (c, "out of memory for the hand-over");
+        return;
+      }
+      memcpy (h.payload, c->rx_cmd->buf, h.payload_got);
+    }
+    nbd_cmd_free (c, c->rx_cmd);
+    c->rx_cmd = NULL;
+    break;
+  case RX_STALLED:
+    /* hand_over made it RX_HEADER. */
+    abort ();
+  }
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: handed over with %u header "
+              "and %u payload bytes of a request not started", c->fd,
+              h.hdr_got, h.payload_got);
+  if (!worker_handed (c->w, &h)) {
+    free (h.payload);
+    conn_abort (c, "out of memory for the hand-over");
+    return;
+  }
+  c->phase = CONN_DEAD;
+  conn_free (c, false);
 }
 
 /* Called whenever something of c completed or its phase changed: a
@@ -371,12 +459,16 @@ maybe_end (struct conn *c)
     if (!in_flight (c) && STAILQ_EMPTY (&c->replies))
       conn_abort (c, "all replies sent");
     return;
+  case CONN_HANDING_OVER:
+    if (!in_flight (c) && STAILQ_EMPTY (&c->replies))
+      handed (c);
+    return;
   case CONN_DEAD:
     /* What waited for a send that has now completed. */
     drop_queue (c);
     drop_rx_cmd (c);
     if (!in_flight (c))
-      conn_free (c);
+      conn_free (c, true);
     return;
   case CONN_HANDSHAKE:
   case CONN_TRANSMISSION:
@@ -447,6 +539,28 @@ drain (struct conn *c)
   /* What it brings is not served (on_recv). */
   cancel_recv (c);
   drop_rx_cmd (c);
+  maybe_end (c);
+}
+
+/* The server hands its connections over: CONN_HANDING_OVER.  The caller
+ * must not touch c afterwards.
+ */
+static void
+hand_over (struct conn *c)
+{
+  if (c->rx == RX_STALLED) {
+    /* Parsed, not started: handed over as the client sent it. */
+    unstall (c);
+    nbd_request_bytes (c->hdr, &c->pending);
+    c->hdr_got = NBD_REQUEST_LEN;
+  }
+  c->phase = CONN_HANDING_OVER;
+  /* A streamed WRITE's payload keeps coming (rx_next): this server
+   * finishes it.  Otherwise what the receive brings is kept (on_recv); a
+   * receive cancelled part way through reports the bytes it did receive.
+   */
+  if (!receiving_stream (c))
+    cancel_recv (c);
   maybe_end (c);
 }
 
@@ -616,6 +730,38 @@ hs_step (struct conn *c)
 }
 
 /* --- receiving --------------------------------------------------------------- */
+/* n more bytes of the streamed WRITE's payload are in its buffer. */
+static void
+stream_received (struct conn *c, size_t n)
+{
+  struct nbd_cmd *cmd = c->rx_cmd;
+
+  c->payload_got += n;
+  nbd_stream_received (cmd, n);
+  if (c->payload_got == cmd->nbd.count) {
+    c->rx = RX_HEADER;
+    c->rx_cmd = NULL;
+    nbd_stream_rx_end (cmd);
+  }
+}
+
+/* The predecessor's bytes of the streamed WRITE's payload, into the
+ * buffer a receive would fill.
+ */
+static void
+take_stream_bytes (struct conn *c, uint8_t *buf, size_t len)
+{
+  size_t n = len < c->taken_left ? len : c->taken_left;
+
+  memcpy (buf, c->taken_payload + c->payload_got, n);
+  c->taken_left -= n;
+  if (c->taken_left == 0) {
+    free (c->taken_payload);
+    c->taken_payload = NULL;
+  }
+  stream_received (c, n);
+}
+
 /* Queues the receive rx asks for.  The caller must not touch c afterwards
  * (a failure hangs up).
  */
@@ -624,7 +770,10 @@ rx_next (struct conn *c)
 {
   bool ok = true;
 
-  if (c->phase != CONN_TRANSMISSION || c->rx_pending)
+  if (c->rx_pending)
+    return;
+  if (c->phase != CONN_TRANSMISSION &&
+      !(c->phase == CONN_HANDING_OVER && receiving_stream (c)))
     return;
   switch (c->rx) {
   case RX_HEADER:
@@ -636,8 +785,14 @@ rx_next (struct conn *c)
       uint8_t *buf = nbd_stream_rx_buf (c->rx_cmd, &len);
 
       /* None: every piece is on the disk (conn_stream_progress). */
-      if (buf)
-        ok = submit_recv (c, buf, len);
+      if (buf == NULL)
+        break;
+      if (c->taken_left) {
+        take_stream_bytes (c, buf, len);
+        rx_next (c);
+        return;
+      }
+      ok = submit_recv (c, buf, len);
     }
     else if (c->rx_cmd->nbd.count - c->payload_got <= RX_COMBINED_MAX)
       ok = submit_recv_payload_and_header (c);
@@ -694,14 +849,48 @@ conn_cmd_done (struct nbd_cmd *cmd)
   reply (c, cmd);
 }
 
+/* The header taken over (conn_adopt) is being started, and the old server
+ * had received taken_got bytes of its payload: they count as received.
+ * false if they cannot be used (the connection is then hung up).
+ */
+static bool
+use_taken_payload (struct conn *c, struct nbd_cmd *cmd,
+                   const struct nbd_verdict *v)
+{
+  uint32_t got = c->taken_got;
+
+  c->taken_got = 0;
+  if (!v->error && c->taken_payload == NULL) {
+    /* The old server refused this WRITE and dropped its data. */
+    nbd_cmd_free (c, cmd);
+    conn_abort (c, "handed over without the payload of a WRITE this "
+                "server would serve");
+    return false;
+  }
+  if (cmd->stream) {
+    /* Its buffers hold a few pieces: rx_next takes the bytes as they
+     * come free.
+     */
+    c->taken_left = got;
+    return true;
+  }
+  if (!v->error)
+    memcpy (cmd->buf, c->taken_payload, got);
+  free (c->taken_payload);
+  c->taken_payload = NULL;
+  c->payload_got = got;
+  return true;
+}
+
 void
 conn_stream_progress (struct nbd_cmd *cmd)
 {
   struct conn *c = cmd->c;
 
-  if (c->phase == CONN_TRANSMISSION && c->rx_cmd == cmd && !c->rx_pending)
+  if ((c->phase == CONN_TRANSMISSION || c->phase == CONN_HANDING_OVER) &&
+      c->rx_cmd == cmd && !c->rx_pending)
     rx_next (c);
-  else if (c->phase == CONN_DEAD || c->phase == CONN_DRAINING)
+  else if (c->phase != CONN_TRANSMISSION)
     maybe_end (c);
 }
 
@@ -794,6 +983,8 @@ start_request (struct conn *c)
     return;
   }
 
+  if (c->taken_got && !use_taken_payload (c, cmd, &v))
+    return;
   if (v.error) {
     cmd->error = v.error;
     worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: refused command %u "
@@ -803,17 +994,24 @@ start_request (struct conn *c)
       /* Answered once its payload is all in: clients (libnbd) take a
        * reply to a request they are still sending as a broken server.
        */
+      if (c->payload_got == v.discard) {
+        reply (c, cmd);
+        rx_next (c);
+        return;
+      }
       c->rx = RX_DISCARD;
       c->rx_cmd = cmd;
-      c->discard_left = v.discard;
+      c->discard_left = v.discard - c->payload_got;
       c->rx_progress = c->w->now;
     }
     else
       reply (c, cmd);
   }
+  else if (r->type == NBD_CMD_WRITE && !cmd->stream &&
+           c->payload_got == r->count)
+    start_cmd (c, cmd);         /* all of it came with a hand-over */
   else if (r->type == NBD_CMD_WRITE) {
     c->rx_cmd = cmd;
-    c->payload_got = 0;
     c->rx = RX_PAYLOAD;
     c->rx_progress = c->w->now;
     /* Its range is locked now; its pieces are written as they come. */
@@ -832,6 +1030,7 @@ static void
 header_complete (struct conn *c)
 {
   c->hdr_got = 0;
+  c->payload_got = 0;
   c->pending_round = pdio_thread_round (thr (c));
   if (!nbd_parse_request (c->hdr, &c->pending)) {
     conn_abort (c, "bad request magic");
@@ -867,6 +1066,13 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     nbd_hs_received (c->hs, res);
     hs_step (c);
     return;
+  case CONN_HANDING_OVER:
+    /* The cancel came first: nothing arrived. */
+    if (res == -ECANCELED) {
+      maybe_end (c);
+      return;
+    }
+    break;
   case CONN_TRANSMISSION:
     break;
   }
@@ -878,21 +1084,13 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
   switch (c->rx) {
   case RX_HEADER:
     c->hdr_got += res;
-    if (c->hdr_got < NBD_REQUEST_LEN)
+    if (c->hdr_got < NBD_REQUEST_LEN || c->phase == CONN_HANDING_OVER)
       break;
     header_complete (c);
     return;
   case RX_PAYLOAD: {
     if (c->rx_cmd->stream) {
-      struct nbd_cmd *cmd = c->rx_cmd;
-
-      c->payload_got += res;
-      nbd_stream_received (cmd, res);
-      if (c->payload_got == cmd->nbd.count) {
-        c->rx = RX_HEADER;
-        c->rx_cmd = NULL;
-        nbd_stream_rx_end (cmd);
-      }
+      stream_received (c, res);
       break;
     }
     size_t want = c->rx_cmd->nbd.count - c->payload_got;
@@ -903,10 +1101,11 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
     c->hdr_got = res - got;
     if (c->payload_got < c->rx_cmd->nbd.count)
       break;
+    /* A WRITE read before a hand-over began is served by this server. */
     c->rx = RX_HEADER;
     start_cmd (c, c->rx_cmd);
     c->rx_cmd = NULL;
-    if (c->hdr_got == NBD_REQUEST_LEN) {
+    if (c->hdr_got == NBD_REQUEST_LEN && c->phase == CONN_TRANSMISSION) {
       header_complete (c);
       return;
     }
@@ -923,7 +1122,10 @@ on_recv (struct pdio_completion *pc, int res, uint32_t flags)
   case RX_STALLED:
     break;
   }
-  rx_next (c);
+  if (c->phase == CONN_HANDING_OVER && !receiving_stream (c))
+    maybe_end (c);
+  else
+    rx_next (c);
 }
 
 /* A connection that made no progress for too long. */
@@ -943,9 +1145,11 @@ watchdog (struct conn *c)
     return;
   case CONN_TRANSMISSION:
   case CONN_DRAINING:
+  case CONN_HANDING_OVER:
     if (replies_wait && now - c->tx_progress > limit)
       conn_abort (c, "the client does not read its replies");
-    else if (c->phase == CONN_TRANSMISSION && mid_request &&
+    else if ((c->phase == CONN_TRANSMISSION ? mid_request
+              : c->phase == CONN_HANDING_OVER && receiving_stream (c)) &&
              now - c->rx_progress > limit)
       conn_abort (c, "the client stopped in the middle of a request");
     return;
@@ -966,6 +1170,25 @@ stop (struct conn *c)
     drain (c);
     return;
   case CONN_DRAINING:
+  case CONN_HANDING_OVER:
+  case CONN_DEAD:
+    return;
+  }
+}
+
+/* The server hands its connections to a successor. */
+static void
+hand_over_or_stop (struct conn *c)
+{
+  switch (c->phase) {
+  case CONN_HANDSHAKE:
+    conn_abort (c, "the server hands over to a successor");
+    return;
+  case CONN_TRANSMISSION:
+    hand_over (c);
+    return;
+  case CONN_DRAINING:
+  case CONN_HANDING_OVER:
   case CONN_DEAD:
     return;
   }
@@ -981,6 +1204,23 @@ conn_list_init (struct worker *w)
   w->conns.n = 0;
 }
 
+static void
+conn_init (struct conn *c, struct worker *w, int fd)
+{
+  c->w = w;
+  c->fd = fd;
+  c->rx_c.fn = on_recv;
+  c->tx_c.fn = on_send;
+  c->cancel_c.fn = on_cancel;
+  c->rx = RX_HEADER;
+  c->tx = TX_IDLE;
+  STAILQ_INIT (&c->replies);
+  STAILQ_INIT (&c->free_cmds);
+  c->started = c->rx_progress = c->tx_progress = w->now;
+  LIST_INSERT_HEAD (&w->conns.all, c, link);
+  w->conns.n++;
+}
+
 void
 conn_new (struct worker *w, int fd)
 {
@@ -992,19 +1232,8 @@ conn_new (struct worker *w, int fd)
     close (fd);
     return;
   }
-  c->w = w;
-  c->fd = fd;
+  conn_init (c, w, fd);
   c->phase = CONN_HANDSHAKE;
-  c->rx_c.fn = on_recv;
-  c->tx_c.fn = on_send;
-  c->cancel_c.fn = on_cancel;
-  c->rx = RX_HEADER;
-  c->tx = TX_IDLE;
-  STAILQ_INIT (&c->replies);
-  STAILQ_INIT (&c->free_cmds);
-  c->started = c->rx_progress = c->tx_progress = w->now;
-  LIST_INSERT_HEAD (&w->conns.all, c, link);
-  w->conns.n++;
   nbd_hs_init (c->hs, &w->ctx->export);
   worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
               w->id);
@@ -1026,9 +1255,43 @@ for_each_conn (struct worker *w, void (*fn) (struct conn *c))
 }
 
 void
+conn_adopt (struct worker *w, struct handover_conn *h)
+{
+  struct conn *c = calloc (1, sizeof *c);
+
+  if (c == NULL) {
+    worker_log (w, PDIO_LOG_ERROR, "connection taken over, then lost: out of "
+                "memory");
+    close (h->fd);
+    free (h->payload);
+    return;
+  }
+  conn_init (c, w, h->fd);
+  c->phase = CONN_TRANSMISSION;
+  c->s = h->s;
+  memcpy (c->hdr, h->hdr, NBD_REQUEST_LEN);
+  c->hdr_got = h->hdr_got;
+  c->taken_got = h->payload_got;
+  c->taken_payload = h->payload;
+  worker_log (w, PDIO_LOG_DEBUG, "connection %d: taken over by worker %u with "
+              "%zu header and %u payload bytes of a request", c->fd, w->id,
+              c->hdr_got, c->taken_got);
+  if (c->hdr_got == NBD_REQUEST_LEN)
+    header_complete (c);
+  else
+    rx_next (c);
+}
+
+void
 conn_list_stop_all (struct worker *w)
 {
   for_each_conn (w, stop);
+}
+
+void
+conn_list_hand_over_all (struct worker *w)
+{
+  for_each_conn (w, hand_over_or_stop);
 }
 
 void

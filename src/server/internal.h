@@ -14,6 +14,7 @@
 #include <liburing.h>
 
 #include "engine.h"
+#include "handover.h"
 #include "proto.h"
 #include "server.h"
 
@@ -65,6 +66,7 @@ struct server_ctx {
   bool can_extents;
   struct pdio_log log;
   size_t pool_bytes;
+  bool rings_at_start;          /* every worker makes its ring at start */
 };
 
 struct worker {
@@ -75,12 +77,19 @@ struct worker {
   uint8_t *discard;             /* WORKER_DISCARD_BYTES of scratch */
 
   /* The accept thread hands connections over here (under lock) and
-   * wakes the worker through event_fd; stop is set the same way.
+   * wakes the worker through event_fd: new ones, and ones taken over from
+   * a predecessor; stop, or hand over to a successor, is asked the same
+   * way.
    */
   pthread_mutex_t lock;
   int *incoming;
   size_t n_incoming, cap_incoming;
+  struct handover adopt;        /* only its conns are used */
   bool stop_requested;
+  bool hand_over_requested;     /* with stop_requested */
+  bool ended;                   /* its connections are gone: no request
+                                   runs any more, handed is complete */
+  pthread_cond_t ended_cond;
   int event_fd;
   uint64_t event_value;
   struct pdio_completion event_c;
@@ -88,6 +97,10 @@ struct worker {
   /* The worker thread's own. */
   struct conn_lists conns;
   bool stopping;
+  /* Connections handed over, for the accept thread once joined (only
+   * its conns are used).
+   */
+  struct handover handed;
   time_t now;                   /* CLOCK_MONOTONIC seconds, per loop */
 };
 
@@ -99,14 +112,35 @@ extern int worker_start (struct worker *w, const struct server_ctx *ctx,
                          unsigned id);
 /* From the accept thread. */
 extern void worker_hand_over (struct worker *w, int fd);
+extern void worker_adopt (struct worker *w, const struct handover_conn *c);
 extern void worker_request_stop (struct worker *w);
+/* Stop, handing every connection in transmission to a successor: they
+ * are in w->handed once joined.
+ */
+extern void worker_request_hand_over (struct worker *w);
 extern void worker_join (struct worker *w);
+/* Waits until the worker's connections are gone (it may still be
+ * tearing down its ring): its handed list is then the caller's to read.
+ */
+extern void worker_wait_ended (struct worker *w);
+/* From conn.c: c (its fd and payload) goes to the successor.  false if
+ * it cannot be kept (out of memory): c stays the caller's.
+ */
+extern bool worker_handed (struct worker *w, const struct handover_conn *c);
 
 /* conn.c, all on the worker's thread. */
 extern void conn_list_init (struct worker *w);
 extern void conn_new (struct worker *w, int fd);
+/* A connection taken over from the predecessor (its fd and payload are
+ * the connection's now), in the transmission phase.
+ */
+extern void conn_adopt (struct worker *w, struct handover_conn *c);
 /* The server is stopping: hang up on the handshakes, drain the rest. */
 extern void conn_list_stop_all (struct worker *w);
+/* The server hands over: hang up on the handshakes, hand the rest over
+ * once their replies are sent (draining ones just end).
+ */
+extern void conn_list_hand_over_all (struct worker *w);
 /* Retry the headers that waited for memory or a slot. */
 extern void conn_list_resume_stalled (struct worker *w);
 /* Send the replies this round of completions queued. */

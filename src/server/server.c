@@ -1,16 +1,22 @@
 /* The server as a whole: the listening socket, the workers, the accept
  * loop that hands each new connection to the next worker in turn, and
- * the orderly stop on a signal (stop accepting, let every worker finish
- * the requests it has, join them).
+ * the two ends: the orderly stop on a signal (stop accepting, let every
+ * worker finish the requests it has, join them), and the hand-over to a
+ * successor that connected to the hand-over socket (stop accepting, let
+ * every worker finish what it started and give up its connections, join
+ * them, and return them for handover_send).  A server that takes over
+ * starts with its predecessor's connections spread over its workers.
  */
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
@@ -108,31 +114,40 @@ pdio_server_listen_tcp (const char *port, const struct pdio_log *log)
   return fd;
 }
 
-/* Accepts until a stop signal; false if the signals cannot be waited on. */
-static void
-accept_loop (const struct server_ctx *ctx, int listen_fd, int sig_fd,
-             struct worker *workers, unsigned n)
+/* Accepts until a stop signal (-1) or a successor's hello on handover_fd
+ * (its socket).
+ */
+static int
+accept_loop (const struct server_ctx *ctx, int listen_fd, int handover_fd,
+             int sig_fd, struct worker *workers, unsigned n, pid_t *peer)
 {
   unsigned next = 0;
 
   for (;;) {
-    struct pollfd p[2] = {
+    struct pollfd p[3] = {
       { .fd = sig_fd, .events = POLLIN }, { .fd = listen_fd, .events = POLLIN },
+      { .fd = handover_fd, .events = POLLIN },
     };
     int fd;
 
-    if (poll (p, 2, -1) == -1) {
+    if (poll (p, 3, -1) == -1) {
       if (errno == EINTR)
         continue;
       pdio_log_msg (ctx->log.error, "poll: %s: stopping", strerror (errno));
-      return;
+      return -1;
     }
     if (p[0].revents) {
       struct signalfd_siginfo si;
 
       if (read (sig_fd, &si, sizeof si) == sizeof si)
         pdio_log_msg (ctx->log.debug, "signal %u: stopping", si.ssi_signo);
-      return;
+      return -1;
+    }
+    if (p[2].revents) {
+      /* Blocks for the hello, bounded: a successor sends it at once. */
+      fd = handover_accept (handover_fd, &ctx->log, peer);
+      if (fd >= 0)
+        return fd;
     }
     if (!p[1].revents)
       continue;
@@ -159,17 +174,120 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int sig_fd,
   }
 }
 
+/* The predecessor's connections must be ones this server can serve: the
+ * same export, with the flags they negotiated.
+ */
+static bool
+can_adopt (const struct server_ctx *ctx, const struct handover *ho)
+{
+  for (size_t i = 0; i < ho->n; i++) {
+    const struct nbd_session *s = &ho->conns[i].s;
+    uint16_t eflags = nbd_export_flags (&ctx->export, s->structured);
+
+    if (s->size != ctx->export.size || s->eflags != eflags ||
+        s->block_max > ctx->export.block_max ||
+        (s->meta_base_allocation && !ctx->can_extents)) {
+      pdio_log_msg (ctx->log.error, "cannot take over: a connection "
+                    "negotiated %" PRIu64 " bytes, flags 0x%x, blocks up to "
+                    "%u%s; this server offers %" PRIu64 " bytes, flags 0x%x, "
+                    "blocks up to %u%s", s->size, s->eflags, s->block_max,
+                    s->meta_base_allocation ? ", base:allocation" : "",
+                    ctx->export.size, eflags, ctx->export.block_max,
+                    ctx->can_extents ? "" : ", no extents");
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The listening socket taken over is the one path names. */
+static bool
+same_socket (int fd, const char *path)
+{
+  struct sockaddr_un sa;
+  socklen_t len = sizeof sa;
+
+  if (getsockname (fd, (struct sockaddr *) &sa, &len) == -1 ||
+      sa.sun_family != AF_UNIX)
+    return false;
+  return len > offsetof (struct sockaddr_un, sun_path) &&
+    strncmp (sa.sun_path, path, sizeof sa.sun_path) == 0;
+}
+
+/* The workers are up: the old server's connections and listening
+ * sockets, then the image's lock, which it has let go of.  0, or -errno
+ * with the reason logged (the connections are then lost, closed as if
+ * the old server had died).
+ */
+static int
+take_over (const struct pdio_server_config *cfg, const struct server_ctx *ctx,
+           struct worker *workers, unsigned n, int *listen_fd,
+           int *handover_fd)
+{
+  struct handover *ho = cfg->taken;
+
+  if (handover_receive (cfg->take_over, ho, &ctx->log) < 0) {
+    pdio_log_msg (ctx->log.error, "cannot take over from the server on %s",
+                  cfg->take_over);
+    return -EIO;
+  }
+  if (cfg->listen_path && !same_socket (ho->nbd_listen_fd, cfg->listen_path)) {
+    pdio_log_msg (ctx->log.error, "cannot take over from the server on %s: "
+                  "it does not listen on %s", cfg->take_over,
+                  cfg->listen_path);
+    goto lost;
+  }
+  if (pdio_lock_image (ctx->img) < 0 || !can_adopt (ctx, ho))
+    goto lost;
+  *listen_fd = ho->nbd_listen_fd;
+  *handover_fd = ho->handover_listen_fd;
+  ho->nbd_listen_fd = ho->handover_listen_fd = -1;
+  pdio_log_msg (ctx->log.debug, "taking over %zu connections from pid %d",
+                ho->n, (int) ho->peer);
+  for (size_t i = 0; i < ho->n; i++) {
+    worker_adopt (&workers[i % n], &ho->conns[i]);
+    /* The worker's now; ho keeps the count for messages. */
+    ho->conns[i] = (struct handover_conn) { .fd = -1 };
+  }
+  handover_ack (ho, &ctx->log);
+  return 0;
+
+ lost:
+  pdio_log_msg (ctx->log.error, "the %zu connections taken over from pid %d "
+                "are lost", ho->n, (int) ho->peer);
+  handover_free (ho);
+  return -EIO;
+}
+
+/* Gathers what the workers gave up, once each has ended its
+ * connections (its ring may still be going).
+ */
+static void
+gather (struct worker *workers, unsigned n, struct handover *out)
+{
+  for (unsigned i = 0; i < n; i++) {
+    struct handover *h = &workers[i].handed;
+
+    worker_wait_ended (&workers[i]);
+    for (size_t j = 0; j < h->n; j++)
+      if (handover_add (out, &h->conns[j]))
+        h->conns[j] = (struct handover_conn) { .fd = -1 };
+    handover_free (h);          /* closes what could not be kept */
+  }
+}
+
 int
 pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
                  const sigset_t *stop_signals, void (*ready) (void *opaque),
-                 void *opaque)
+                 void *opaque, struct handover *handed)
 {
   struct server_ctx ctx = { .img = cfg->img, .log = cfg->log,
                             .pool_bytes = cfg->pool_bytes };
   struct pdio_info info;
   struct worker *workers;
   unsigned n = cfg->threads;
-  int sig_fd, err = 0;
+  int sig_fd, succ, hfd = cfg->handover_fd, err = 0;
+  pid_t peer = 0;
 
   pdio_get_info (cfg->img, &info);
   ctx.export = (struct nbd_export) {
@@ -180,6 +298,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     .description = cfg->description,
   };
   ctx.can_extents = info.can_extents;
+  ctx.rings_at_start = cfg->take_over != NULL;
   if (n == 0) {
     long cpus = sysconf (_SC_NPROCESSORS_ONLN);
 
@@ -211,13 +330,51 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     }
   }
   pdio_log_msg (cfg->log.debug, "serving with %u worker threads", n);
+  if (cfg->take_over &&
+      (err = take_over (cfg, &ctx, workers, n, &listen_fd, &hfd)) < 0) {
+    for (unsigned i = 0; i < n; i++)
+      worker_request_stop (&workers[i]);
+    for (unsigned i = 0; i < n; i++)
+      worker_join (&workers[i]);
+    free (workers);
+    close (sig_fd);
+    return err;
+  }
   if (ready)
     ready (opaque);
 
-  accept_loop (&ctx, listen_fd, sig_fd, workers, n);
+  succ = accept_loop (&ctx, listen_fd, hfd, sig_fd, workers, n, &peer);
+  if (succ >= 0) {
+    /* The successor takes the listening sockets as they are: new clients
+     * wait in their backlog meanwhile.
+     */
+    pdio_log_msg (cfg->log.debug, "handing over to pid %d", (int) peer);
+    for (unsigned i = 0; i < n; i++)
+      worker_request_hand_over (&workers[i]);
+    handover_init (handed);
+    gather (workers, n, handed);
+    handed->sock = succ;
+    handed->peer = peer;
+    handed->nbd_listen_fd = listen_fd;
+    handed->handover_listen_fd = hfd;
+    handed->size = ctx.export.size;
+    handed->readonly = ctx.export.readonly;
+    /* No request runs any more: the successor may have the image while
+     * the workers tear their rings down.
+     */
+    pdio_unlock_image (cfg->img);
+    err = handover_send (handed, &cfg->log);
+    for (unsigned i = 0; i < n; i++)
+      worker_join (&workers[i]);
+    free (workers);
+    close (sig_fd);
+    return err ? -EPIPE : PDIO_SERVER_HANDED_OVER;
+  }
 
   /* Refuse new connections at once, then let the workers drain. */
   close (listen_fd);
+  if (hfd >= 0)
+    close (hfd);
   for (unsigned i = 0; i < n; i++)
     worker_request_stop (&workers[i]);
   for (unsigned i = 0; i < n; i++)

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "engine.h"
+#include "handover.h"
 
 struct pdio_server_config {
   struct pdio_image *img;       /* opened by the caller, closed by it */
@@ -20,6 +21,18 @@ struct pdio_server_config {
   size_t pool_bytes;            /* each worker's buffer pool; 0: default */
   const char *description;      /* NBD_INFO_DESCRIPTION, or NULL */
   struct pdio_log log;          /* error, warning, debug: any may be NULL */
+  int handover_fd;              /* listening for a successor (handover_listen),
+                                   or -1 */
+  /* Take over from the server listening for a successor at take_over,
+   * or NULL.  Then listen_fd and handover_fd are -1 (both come with the
+   * hand-over), img was opened with lock_later (it is locked once the old
+   * server has let go of it), and taken gets the hand-over's peer and
+   * count, for messages (its connections are the workers').  listen_path
+   * is the unix socket the old server must be listening on, or NULL.
+   */
+  const char *take_over;
+  const char *listen_path;
+  struct handover *taken;
 };
 
 /* A listening socket: a unix socket at path (a stale socket file there is
@@ -31,14 +44,31 @@ extern int pdio_server_listen_unix (const char *path,
 extern int pdio_server_listen_tcp (const char *port,
                                    const struct pdio_log *log);
 
-/* Serves on listen_fd until one of stop_signals arrives (the caller
+/* With cfg->take_over, first starts every worker, with its ring and
+ * pool, and only then asks the old server for its connections: what
+ * they wait for is the hand-over itself, not this server's start.
+ *
+ * Serves on listen_fd until one of stop_signals arrives (the caller
  * blocks them in every thread first, so they queue for this call): then
  * it stops accepting and reading requests, finishes and answers every
- * request in flight, closes the connections and returns 0.  -errno if the
- * workers could not start.  ready(), if set, runs once the workers are up.
+ * request in flight, closes the connections and returns 0.
+ *
+ * Or until a successor says hello on cfg->handover_fd: then it stops
+ * reading requests, answers every request it started, lets go of the
+ * image's lock, sends the successor both listening sockets and the
+ * connections (handover_send), and returns PDIO_SERVER_HANDED_OVER with
+ * *handed holding the successor's socket, for handover_wait_ack, and
+ * what was sent, to be closed with handover_free (-EPIPE if the sending
+ * failed: the connections are lost).
+ *
+ * -errno if the workers could not start, or the take-over failed (the
+ * reason logged).  ready(), if set, runs once the workers are up (and
+ * have the connections taken over).
  */
+#define PDIO_SERVER_HANDED_OVER 1
 extern int pdio_server_run (const struct pdio_server_config *cfg,
                             int listen_fd, const sigset_t *stop_signals,
-                            void (*ready) (void *opaque), void *opaque);
+                            void (*ready) (void *opaque), void *opaque,
+                            struct handover *handed);
 
 #endif /* PDIO_SERVER_SERVER_H */

@@ -62,13 +62,21 @@ arm_event (struct worker *w)
 }
 
 static void
-begin_stop (struct worker *w)
+begin_stop (struct worker *w, bool hand_over)
 {
   w->stopping = true;
-  worker_log (w, PDIO_LOG_DEBUG,
-              "worker %u: stopping, %u connections to finish", w->id,
-              w->conns.n);
-  conn_list_stop_all (w);
+  worker_log (w, PDIO_LOG_DEBUG, "worker %u: %s, %u connections to finish",
+              w->id, hand_over ? "handing over" : "stopping", w->conns.n);
+  if (hand_over)
+    conn_list_hand_over_all (w);
+  else
+    conn_list_stop_all (w);
+}
+
+bool
+worker_handed (struct worker *w, const struct handover_conn *c)
+{
+  return handover_add (&w->handed, c);
 }
 
 /* New connections, or the stop request, from the accept thread. */
@@ -76,9 +84,10 @@ static void
 on_event (struct pdio_completion *pc, int res, uint32_t flags)
 {
   struct worker *w = container_of (pc, struct worker, event_c);
+  struct handover adopt;
   int *fds;
   size_t n;
-  bool stop;
+  bool stop, hand_over;
 
   (void) flags;
   if (res < 0 && res != -EINTR && res != -EAGAIN)
@@ -89,18 +98,25 @@ on_event (struct pdio_completion *pc, int res, uint32_t flags)
   n = w->n_incoming;
   w->incoming = NULL;
   w->n_incoming = w->cap_incoming = 0;
+  adopt = w->adopt;
+  handover_init (&w->adopt);
   stop = w->stop_requested;
+  hand_over = w->hand_over_requested;
   pthread_mutex_unlock (&w->lock);
 
+  for (size_t i = 0; i < adopt.n; i++)
+    conn_adopt (w, &adopt.conns[i]);
+  adopt.n = 0;                  /* the connections own them now */
+  handover_free (&adopt);
   for (size_t i = 0; i < n; i++)
     conn_new (w, fds[i]);
   free (fds);
   if (stop)
-    begin_stop (w);             /* the event read stays unarmed */
+    begin_stop (w, hand_over);  /* the event read stays unarmed */
   else if (!arm_event (w)) {
     worker_log (w, PDIO_LOG_ERROR, "worker %u: cannot queue its event read: "
                 "stopping", w->id);
-    begin_stop (w);
+    begin_stop (w, false);
   }
 }
 
@@ -203,7 +219,7 @@ wait_first (struct worker *w)
     bool conns, stop;
 
     pthread_mutex_lock (&w->lock);
-    conns = w->n_incoming > 0;
+    conns = w->n_incoming > 0 || w->adopt.n > 0;
     stop = w->stop_requested;
     pthread_mutex_unlock (&w->lock);
     if (conns || stop)
@@ -224,6 +240,7 @@ refuse_all (struct worker *w)
     for (size_t i = 0; i < w->n_incoming; i++)
       close (w->incoming[i]);
     w->n_incoming = 0;
+    handover_free (&w->adopt);
     stop = w->stop_requested;
     pthread_mutex_unlock (&w->lock);
     if (stop || !wait_first (w))
@@ -241,11 +258,31 @@ report_start (struct start *st, int err)
   pthread_mutex_unlock (&st->lock);
 }
 
+/* No request of this worker runs any more. */
+static void
+report_ended (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  w->ended = true;
+  pthread_cond_broadcast (&w->ended_cond);
+  pthread_mutex_unlock (&w->lock);
+}
+
+void
+worker_wait_ended (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  while (!w->ended)
+    pthread_cond_wait (&w->ended_cond, &w->lock);
+  pthread_mutex_unlock (&w->lock);
+}
+
 /* Worker 0 makes its ring and pool at once, so that what would fail for
  * every worker fails the start; the others make theirs when their first
  * connection comes (a pool is address space until used, but a ring is
  * kernel memory: a 16-CPU server with two clients holds two, not
- * sixteen).
+ * sixteen) -- unless the server takes connections over, which then wait
+ * for no ring.
  */
 static void *
 worker_main (void *arg_)
@@ -256,7 +293,7 @@ worker_main (void *arg_)
   int err;
 
   w->now = monotonic_seconds ();
-  if (w->id == 0) {
+  if (w->id == 0 || w->ctx->rings_at_start) {
     err = make_thread (w);
     report_start (st, err);
     if (err)
@@ -275,12 +312,14 @@ worker_main (void *arg_)
   /* Takes what was handed over so far and queues the eventfd read. */
   on_event (&w->event_c, 0, 0);
   loop (w);
+  report_ended (w);
   /* Connections the loop abandoned (ring failure) are leaked with their
    * fds closed by process exit; in the normal stop there are none.
    */
   pdio_thread_free (w->t);
   w->t = NULL;
  done:
+  report_ended (w);
   worker_log (w, PDIO_LOG_DEBUG, "worker %u: done", w->id);
   return NULL;
 }
@@ -294,6 +333,8 @@ worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
 
   memset (w, 0, sizeof *w);
   conn_list_init (w);
+  handover_init (&w->adopt);
+  handover_init (&w->handed);
   w->ctx = ctx;
   w->id = id;
   w->event_c.fn = on_event;
@@ -305,6 +346,7 @@ worker_start (struct worker *w, const struct server_ctx *ctx, unsigned id)
     goto fail;
   }
   pthread_mutex_init (&w->lock, NULL);
+  pthread_cond_init (&w->ended_cond, NULL);
   pthread_mutex_init (&st.lock, NULL);
   pthread_cond_init (&st.cond, NULL);
   *arg = (struct worker_arg) { .w = w, .start = &st };
@@ -366,10 +408,33 @@ worker_hand_over (struct worker *w, int fd)
 }
 
 void
+worker_adopt (struct worker *w, const struct handover_conn *c)
+{
+  pthread_mutex_lock (&w->lock);
+  if (!handover_add (&w->adopt, c)) {
+    pthread_mutex_unlock (&w->lock);
+    close (c->fd);
+    free (c->payload);
+    return;
+  }
+  pthread_mutex_unlock (&w->lock);
+  wake (w);
+}
+
+void
 worker_request_stop (struct worker *w)
 {
   pthread_mutex_lock (&w->lock);
   w->stop_requested = true;
+  pthread_mutex_unlock (&w->lock);
+  wake (w);
+}
+
+void
+worker_request_hand_over (struct worker *w)
+{
+  pthread_mutex_lock (&w->lock);
+  w->stop_requested = w->hand_over_requested = true;
   pthread_mutex_unlock (&w->lock);
   wake (w);
 }
@@ -381,7 +446,9 @@ worker_join (struct worker *w)
   for (size_t i = 0; i < w->n_incoming; i++)
     close (w->incoming[i]);
   free (w->incoming);
+  handover_free (&w->adopt);
   free (w->discard);
   close (w->event_fd);
+  pthread_cond_destroy (&w->ended_cond);
   pthread_mutex_destroy (&w->lock);
 }

@@ -23,6 +23,56 @@ not do on purpose.
       acknowledged cookies to OUT, one per line; the caller checks the
       image after the server has exited.  Exit 0 if every reply was a
       success reply to a request it sent.
+  rawclient.py partial SOCKET SENT DONE
+      For a hand-over (server/handover.tap): opens connections that each
+      leave the server part of a request -- half a header; a WRITE's
+      header and half its payload (4 KiB: the combined receive; 128 KiB:
+      a MSG_WAITALL one); a WRITE's header alone; a refused WRITE (past
+      the end) with part of its payload; a whole READ then half the next
+      header -- writes a line to the fifo SENT, waits for a line on the
+      fifo DONE (the caller hands the server over meanwhile), sends the
+      rest and checks every reply and the data written (read back on the
+      same connection).  Exit 0 if all is right.
+
+  rawclient.py stream SOCKET SHADOW SENT GO
+      For a hand-over in the middle of streamed requests
+      (server/handover.tap): one connection sends a 64 MiB WRITE's header
+      and its first 8 MiB, another a 64 MiB READ and 10 bytes of the next
+      header; writes a line to the fifo SENT and goes on sending the
+      WRITE's payload and reading the READ's reply at 1 MiB/s until a
+      line comes on the fifo GO (the caller has started a successor, and
+      the server is handing over), then at full speed, the WRITE followed
+      at once by a 4 KiB WRITE; then sends the rest of the READ's next
+      header.  Both streams must still have been going at GO.
+      The old server must finish both streams; the successor serves what
+      came after them.  Checks every reply, the READ's data against the
+      file SHADOW (a copy of the image), and data read back; applies the
+      writes to SHADOW for the caller to compare with the image.  Exit 0
+      if all is right.
+
+  rawclient.py flags SOCKET
+      Negotiates as the other modes do and prints the transmission flags
+      the server gave, in hex (for taken-stream).
+
+  rawclient.py taken-stream HANDOVER NBD_SOCKET SIZE EFLAGS SHADOW
+      A predecessor that hands over a connection in the middle of a
+      24 MiB WRITE (streamed by pdio's server) with 9 MiB + 123 bytes of
+      its payload received: listens on HANDOVER and NBD_SOCKET, offers
+      the export (SIZE bytes; the connection negotiated EFLAGS, simple
+      replies) to the successor that connects, with the connection's
+      record, the bytes, and one end of a socket pair as its socket; once
+      acknowledged, sends the rest of the payload on the other end and
+      checks the reply and the data read back.  Applies the write to
+      SHADOW.  Exit 0 if all is right.
+
+  rawclient.py stranger PATH
+      Connects to a server's hand-over socket PATH and sends garbage
+      instead of a successor's hello.
+
+  rawclient.py fake-old-server PATH KIND
+      Listens on PATH as an old server would for its successor, reads the
+      hello and answers with a broken offer of KIND (magic, version,
+      count, fds): the successor must refuse it.
 """
 import os
 import random
@@ -31,6 +81,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 NBDMAGIC = 0x4e42444d41474943
 IHAVEOPT = 0x49484156454F5054
@@ -60,6 +111,22 @@ def recv_exact(s, n):
             raise Closed()
         buf += chunk
     return buf
+
+
+def recv_big(s, n):
+    """recv_exact without the copying that grows with n squared."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        try:
+            k = s.recv_into(view[got:], n - got)
+        except (ConnectionResetError, BrokenPipeError, socket.timeout):
+            raise Closed()
+        if not k:
+            raise Closed()
+        got += k
+    return bytes(buf)
 
 
 def send(s, data):
@@ -335,11 +402,350 @@ def sigterm(path, pid, image, out):
     print("%d of %d writes acknowledged before the server closed" % (len(acked), n))
 
 
+def partial(path, sent, done):
+    rnd = random.Random(1)
+    cases = []
+    size = None
+
+    def conn():
+        nonlocal size
+        s = connect(path, timeout=60)
+        size, _ = negotiate(s)
+        return s
+
+    def data(n):
+        return bytes(rnd.getrandbits(8) for _ in range(n))
+
+    # Half a header of a READ.
+    s = conn()
+    r = request(CMD_READ, 4096, 4096, cookie=11)
+    send(s, r[:14])
+    cases.append(("half a header", s, r[14:], [(11, 0, None)], []))
+    # A WRITE's header and half its payload: combined receive, then
+    # MSG_WAITALL.
+    for n, off, cookie in ((4096, 1 << 20, 21), (131072, 2 << 20, 22)):
+        s = conn()
+        d = data(n)
+        r = request(CMD_WRITE, off, n, cookie=cookie) + d
+        send(s, r[:28 + n // 2])
+        cases.append(("a %d-byte WRITE cut in its payload" % n, s,
+                      r[28 + n // 2:], [(cookie, 0, None)], [(off, d)]))
+    # A WRITE's header alone.
+    s = conn()
+    d = data(8192)
+    r = request(CMD_WRITE, 3 << 20, 8192, cookie=31) + d
+    send(s, r[:28])
+    cases.append(("a WRITE's header alone", s, r[28:], [(31, 0, None)],
+                  [(3 << 20, d)]))
+    # A refused WRITE (past the end) with part of its payload.
+    s = conn()
+    r = request(CMD_WRITE, size, 65536, cookie=41) + bytes(65536)
+    send(s, r[:28 + 30000])
+    cases.append(("a refused WRITE cut in its payload", s, r[28 + 30000:],
+                  [(41, 28, None)], []))
+    # A whole READ (served by the old server) and half the next header.
+    s = conn()
+    r1 = request(CMD_READ, 0, 512, cookie=51)
+    r2 = request(CMD_READ, 512, 512, cookie=52)
+    send(s, r1 + r2[:10])
+    cases.append(("a READ and half the next header", s, r2[10:],
+                  [(51, 0, 512), (52, 0, 512)], []))
+    # Let the server receive what there is: its receives are part way.
+    time.sleep(0.5)
+    with open(sent, "w") as f:
+        f.write("sent\n")
+    with open(done) as f:
+        f.readline()
+    bad = 0
+    for name, s, rest, replies, written in cases:
+        try:
+            send(s, rest)
+            got = {}
+            for cookie, err, rlen in replies:
+                e, c = simple_reply(s)
+                if e == 0 and c in (11, 51, 52):
+                    recv_exact(s, 4096 if c == 11 else 512)
+                got[c] = e
+            want = {c: e for c, e, _ in replies}
+            if got != want:
+                raise SystemExit("%s: replies %r, expected %r" % (name, got, want))
+            for off, d in written:
+                send(s, request(CMD_READ, off, len(d), cookie=99))
+                e, c = simple_reply(s)
+                back = recv_exact(s, len(d)) if e == 0 else b""
+                if e or c != 99 or back != d:
+                    raise SystemExit("%s: the data read back differs" % name)
+            send(s, request(CMD_DISC, 0, 0, cookie=100))
+            print("ok: %s" % name)
+        except Closed:
+            print("FAIL: %s: the connection closed" % name)
+            bad += 1
+        s.close()
+    if bad:
+        raise SystemExit(1)
+
+
+def stream(path, shadow, sent, go):
+    MiB = 1 << 20
+    big = 64 * MiB
+    w_off, r_off = 64 * MiB + 512, 0
+    small_off = 40 * MiB + 4096
+    next_off = 8 * MiB + 4096   # read by the successor: not small_off,
+                                # which the other connection writes then
+    payload = os.urandom(big)
+    small = os.urandom(4096)
+    with open(shadow, "rb") as f:
+        f.seek(r_off)
+        before = f.read(big)
+
+    w = connect(path, timeout=60)
+    negotiate(w)
+    r = connect(path, timeout=60)
+    negotiate(r)
+    send(w, request(CMD_WRITE, w_off, big, cookie=61) + payload[:8 * MiB])
+    nxt = request(CMD_READ, next_off, 4096, cookie=72)
+    send(r, request(CMD_READ, r_off, big, cookie=71) + nxt[:10])
+
+    # Both streams keep moving, slowly (1 MiB/s: neither ends for a
+    # minute), until the hand-over has begun, then at full speed: a
+    # server handing over gives a stalled client 5 s, and this one is
+    # never stalled, however long the successor takes to start.
+    going = threading.Event()
+    step = 128 * 1024
+    at_go = {}
+    errors = []
+
+    def paced(n, fn):
+        done = 0
+        while done < n:
+            k = min(step, n - done)
+            fn(done, k)
+            done += k
+            if not going.is_set():
+                going.wait(0.125)
+        return done
+
+    def writer():
+        try:
+            rest = payload[8 * MiB:]
+            sent_at_go = [None]
+
+            def put(off, k):
+                if going.is_set() and sent_at_go[0] is None:
+                    sent_at_go[0] = 8 * MiB + off
+                send(w, rest[off:off + k])
+            paced(len(rest), put)
+            at_go["write"] = sent_at_go[0]
+            send(w, request(CMD_WRITE, small_off, 4096, cookie=62) + small)
+        except Closed:
+            errors.append("the WRITE's connection closed")
+
+    def reader():
+        try:
+            e, c = simple_reply(r)
+            if (e, c) != (0, 71):
+                errors.append("the 64 MiB READ: error %d, cookie %d" % (e, c))
+                return
+            buf = bytearray(big)
+            view = memoryview(buf)
+            got_at_go = [None]
+
+            def get(off, k):
+                if going.is_set() and got_at_go[0] is None:
+                    got_at_go[0] = off
+                while k:
+                    n = r.recv_into(view[off:], k)
+                    if not n:
+                        raise Closed()
+                    off += n
+                    k -= n
+            paced(big, get)
+            at_go["read"] = got_at_go[0]
+            if bytes(buf) != before:
+                errors.append("the 64 MiB READ's data differs from the "
+                              "image's")
+        except (Closed, OSError):
+            errors.append("the READ's connection closed")
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    with open(sent, "w") as f:
+        f.write("sent\n")
+    with open(go) as f:
+        f.readline()
+    going.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit("FAIL: " + "; ".join(errors))
+    # Both must have been in the middle when the hand-over began.
+    if at_go.get("write") is None or at_go.get("read") is None:
+        raise SystemExit("a stream ended before the hand-over began: "
+                         "%r" % at_go)
+    print("ok: the hand-over began with %d of the WRITE's %d bytes sent, "
+          "%d of the READ's received" % (at_go["write"], big, at_go["read"]))
+    print("ok: the 64 MiB READ's reply, as the image")
+    try:
+        send(r, nxt[10:])
+        e, c = simple_reply(r)
+        if ((e, c) != (0, 72) or
+                recv_exact(r, 4096) != before[next_off:next_off + 4096]):
+            raise SystemExit("the READ after the 64 MiB one: error %d, "
+                             "cookie %d, or its data differs" % (e, c))
+        print("ok: the READ whose header was cut, served by the successor")
+        got = [simple_reply(w), simple_reply(w)]
+        if got != [(0, 61), (0, 62)]:
+            raise SystemExit("the WRITEs' replies: %r, expected "
+                             "[(0, 61), (0, 62)]" % got)
+        print("ok: the 64 MiB WRITE and the one behind it acknowledged")
+        for off, d, cookie in ((w_off, payload, 63), (small_off, small, 64)):
+            send(w, request(CMD_READ, off, len(d), cookie=cookie))
+            e, c = simple_reply(w)
+            if (e, c) != (0, cookie) or recv_big(w, len(d)) != d:
+                raise SystemExit("%d bytes at %d: not read back as written"
+                                 % (len(d), off))
+        print("ok: both WRITEs read back as written")
+        for s in (w, r):
+            send(s, request(CMD_DISC, 0, 0, cookie=100))
+            s.close()
+    except Closed:
+        raise SystemExit("FAIL: a connection closed")
+    with open(shadow, "r+b") as f:
+        f.seek(w_off)
+        f.write(payload)
+        f.seek(small_off)
+        f.write(small)
+
+def flags(path):
+    s = connect(path)
+    _, f = negotiate(s)
+    send(s, request(CMD_DISC, 0, 0))
+    s.close()
+    print("0x%x" % f)
+
+
+def listen_at(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    ls.listen(8)
+    return ls
+
+
+def taken_stream(ho_path, nbd_path, size, eflags, shadow):
+    MiB = 1 << 20
+    count, got, off, cookie = 24 * MiB, 9 * MiB + 123, 16 * MiB + 1536, 81
+    payload = os.urandom(count)
+    ho_ls, nbd_ls = listen_at(ho_path), listen_at(nbd_path)
+    ho_ls.settimeout(30)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine.settimeout(60)
+    succ, _ = ho_ls.accept()
+    succ.settimeout(30)
+    recv_exact(succ, 16)                                    # the hello
+    offer = struct.pack(">QIIQII", 0x50444f484f464652, 1, 1, size, 0,
+                        os.getpid())
+    succ.sendmsg([offer], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                            struct.pack("2i", nbd_ls.fileno(),
+                                        ho_ls.fileno()))])
+    hdr = request(CMD_WRITE, off, count, cookie=cookie)
+    record = struct.pack(">IIQHHII", 0x434f4e4e, 4, size, eflags, 0,
+                         32 * MiB, 28) + hdr + struct.pack(">II", got, 0)
+    succ.sendmsg([record], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                             struct.pack("i", theirs.fileno()))])
+    theirs.close()
+    succ.sendall(payload[:got])
+    succ.sendall(struct.pack(">Q", 0x50444f48454e4421))
+    if struct.unpack(">Q", recv_exact(succ, 8))[0] != 0x50444f4841434b21:
+        raise SystemExit("the successor did not acknowledge")
+    print("ok: the successor took the connection over with %d payload "
+          "bytes" % got)
+    try:
+        send(mine, payload[got:])
+        e, c = simple_reply(mine)
+        if (e, c) != (0, cookie):
+            raise SystemExit("the %d-byte WRITE: error %d, cookie %d"
+                             % (count, e, c))
+        send(mine, request(CMD_READ, off, count, cookie=82))
+        e, c = simple_reply(mine)
+        if (e, c) != (0, 82) or recv_big(mine, count) != payload:
+            raise SystemExit("the %d-byte WRITE: not read back as written"
+                             % count)
+        print("ok: the WRITE acknowledged and read back as written")
+        send(mine, request(CMD_DISC, 0, 0, cookie=100))
+    except Closed:
+        raise SystemExit("FAIL: the connection closed")
+    with open(shadow, "r+b") as f:
+        f.seek(off)
+        f.write(payload)
+
+
+def stranger(path):
+    s = connect(path)
+    send(s, b"GET / HTTP/1.0\r\n\r\n")
+    try:
+        s.recv(1)
+    except (OSError, socket.timeout):
+        pass
+    s.close()
+
+
+def fake_old_server(path, kind):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ls.bind(path)
+    ls.listen(1)
+    ls.settimeout(30)
+    s, _ = ls.accept()
+    s.settimeout(30)
+    hello = recv_exact(s, 16)
+    magic = 0x50444f484f464652
+    version, n, fds = 1, 0, [ls.fileno(), ls.fileno()]
+    if kind == "magic":
+        magic ^= 1
+    elif kind == "version":
+        version = 99
+    elif kind == "count":
+        n = 1 << 20
+    elif kind == "fds":
+        fds = [0, 1]            # not listening sockets
+    offer = struct.pack(">QIIQII", magic, version, n, 0, 0, os.getpid())
+    s.sendmsg([offer], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                         struct.pack("%di" % len(fds), *fds))])
+    s.sendall(struct.pack(">Q", 0x50444f48454e4421))
+    try:
+        s.recv(8)
+    except (OSError, socket.timeout):
+        pass
+    print("hello %r; sent a broken offer (%s)" % (hello[:8], kind))
+
+
 def main():
     if sys.argv[1] == "hostile":
         hostile(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "sigterm":
         sigterm(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif sys.argv[1] == "partial":
+        partial(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "stream":
+        stream(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
+    elif sys.argv[1] == "flags":
+        flags(sys.argv[2])
+    elif sys.argv[1] == "taken-stream":
+        taken_stream(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                     int(sys.argv[5], 0), sys.argv[6])
+    elif sys.argv[1] == "stranger":
+        stranger(sys.argv[2])
+    elif sys.argv[1] == "fake-old-server":
+        fake_old_server(sys.argv[2], sys.argv[3])
     else:
         raise SystemExit(__doc__)
 

@@ -8,6 +8,9 @@
  * $PDIO_TEST_BREAK is a comma-separated list of:
  *   no-restart            the supervisor records a death, starts no server
  *   no-give-up            the supervisor never gives up
+ *   handover-off          pdio restart does not hand the connections over:
+ *                         the supervisor kills the server and reconnects,
+ *                         as for nbdkit
  *   server-exits-with-supervisor  (--nbdkit) nbdkit -f --exit-with-parent
  *                         as the supervisor's child, dying with it
  *   no-autoclear          mount.pdio does not arm autoclear

@@ -16,7 +16,7 @@
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
 #                       align4096,sector4k,reference,cli,recover,
-#                       nbdkit_recover,crash,mount,partitions,ondemand, and native-ext4, native-xfs, native-fio,
+#                       nbdkit_recover,handover,crash,mount,partitions,ondemand, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server), and systemd (the guest execs
 #                       systemd as init, so it always runs last)
@@ -48,7 +48,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,crash,mount,partitions,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -87,7 +87,7 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|mount|partitions) ;;
+    ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|handover|mount|partitions) ;;
     ondemand) ;;
     crash) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
