@@ -27,7 +27,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pdio.h"
@@ -496,6 +495,7 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
 {
   struct server_info info;
   struct record *recs;
+  char why[PATH_MAX + 64];
   size_t n;
 
   /* A record outlives its supervisor (killed): the image may still be
@@ -520,9 +520,6 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
     snprintf (a->rec.device, sizeof a->rec.device, "/dev/nbd%d",
               nbd_index (o->device));
   snprintf (a->rec.image, sizeof a->rec.image, "%s", a->image);
-  /* Unique to this attachment, whatever number the device gets. */
-  snprintf (a->rec.backend, sizeof a->rec.backend, "pdio %s pid %d at %lld",
-            a->rec.name, (int) getpid (), (long long) time (NULL));
   state_path (a->rec.name, "sock", a->rec.socket, sizeof a->rec.socket);
   state_path (a->rec.name, "log", a->log, sizeof a->log);
   state_path (a->rec.name, "pid", a->pidfile, sizeof a->pidfile);
@@ -557,6 +554,13 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
   a->rec.block_size = choose_block_size (o, a, &info);
   if (a->rec.block_size == 0)
     goto fail;
+  /* The server has the image open and locked: this is the file it
+   * serves.
+   */
+  if (!backend_id (a->image, a->rec.backend, why, sizeof why)) {
+    errorf (CMD ": %s", why);
+    goto fail;
+  }
   if (!connect_device (o, a))
     goto fail;
   printf ("%s\n", a->rec.device);

@@ -1,7 +1,9 @@
 /* /dev/nbdN connected by pdio itself: negotiate the connections with the
  * server (negotiate.c), hand them to the kernel over netlink
- * (nbd_netlink.c), show the partitions, arm autoclear, disconnect.  What
- * attach, detach, the supervisor and mount.pdio share.
+ * (nbd_netlink.c), show the partitions, arm autoclear, resize,
+ * disconnect.  What attach, detach, resize, the supervisor and mount.pdio
+ * share.  Every change after the connect repeats the image's identity
+ * (the record's backend): the kernel refuses one that does not.
  */
 #include <config.h>
 
@@ -9,15 +11,50 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <linux/fs.h>
 #include <linux/nbd.h>
 
 #include "pdio.h"
 
+/* The identifier every reconfigure must repeat, or NULL if the device was
+ * connected without one.
+ */
+static const char *
+backend_of (const struct record *r)
+{
+  return r->backend[0] ? r->backend : NULL;
+}
 
+bool
+backend_id (const char *image, char *buf, char *why, size_t len)
+{
+  struct stat st;
+  size_t plen = strlen (image);
+  const char *path = image;
+  int n;
 
+  if (stat (image, &st) == -1) {
+    snprintf (why, len, "%s: %s", image, strerror (errno));
+    return false;
+  }
+  if (S_ISBLK (st.st_mode))
+    n = snprintf (buf, BACKEND_ID_MAX, "pdio:%u:%u:0:", major (st.st_rdev),
+                  minor (st.st_rdev));
+  else
+    n = snprintf (buf, BACKEND_ID_MAX, "pdio:%u:%u:%llu:", major (st.st_dev),
+                  minor (st.st_dev), (unsigned long long) st.st_ino);
+  /* A path too long to show keeps its end, which names the file. */
+  if (n + plen >= BACKEND_ID_MAX)
+    path = image + plen - (BACKEND_ID_MAX - n - 1);
+  snprintf (buf + n, BACKEND_ID_MAX - n, "%s", path);
+  return true;
+}
 
 /* The flags a device keeps: a device past nbds_max was made for us and
  * goes when it is disconnected, so that none pile up; the module's own
@@ -55,7 +92,7 @@ device_connect (struct record *r, char *why, size_t len)
       .block_size = r->block_size, .server_flags = e.eflags,
       .client_flags = keep_flags (r),
       .timeout = r->timeout, .dead_timeout = r->dead_timeout,
-      .backend = r->backend,
+      .backend = test_break ("no-backend") ? NULL : backend_of (r),
     };
     idx = nbdnl_connect (&d, fds, r->connections, why, len);
   }
@@ -66,10 +103,14 @@ device_connect (struct record *r, char *why, size_t len)
     return false;
   snprintf (r->device, sizeof r->device, "/dev/nbd%d", idx);
   r->on_demand = idx >= nbd_nbds_max ();
-  if (!r->on_demand &&
-      !nbdnl_reconfigure (idx, r->backend, NULL, 0, keep_flags (r), why,
-                          len))
-    return false;
+  if (!r->on_demand) {
+    const struct nbdnl_change c = {
+      .backend = backend_of (r), .client_flags = keep_flags (r),
+    };
+
+    if (!nbdnl_reconfigure (idx, &c, why, len))
+      return false;
+  }
   for (unsigned t = 0; !(nbd_connected (idx) && nbd_size (idx)); t += 50) {
     if (t >= 10000) {
       snprintf (why, len, "%s: connected over netlink but the device did "
@@ -146,9 +187,12 @@ device_drop_partitions (const char *device)
 bool
 device_autoclear (const struct record *r, char *why, size_t len)
 {
-  return nbdnl_reconfigure (nbd_index (r->device), r->backend, NULL, 0,
-                            NBD_CFLAG_DISCONNECT_ON_CLOSE | keep_flags (r),
-                            why, len);
+  const struct nbdnl_change c = {
+    .backend = backend_of (r),
+    .client_flags = NBD_CFLAG_DISCONNECT_ON_CLOSE | keep_flags (r),
+  };
+
+  return nbdnl_reconfigure (nbd_index (r->device), &c, why, len);
 }
 
 bool
@@ -170,7 +214,7 @@ device_is_ours (const struct record *r)
   char backend[sizeof r->backend];
   int idx = nbd_index (r->device);
 
-  if (r->backend[0] == '\0')
+  if (backend_of (r) == NULL)
     return device_connected (idx);
   return nbd_backend (idx, backend, sizeof backend) &&
     strcmp (backend, r->backend) == 0;
@@ -191,16 +235,111 @@ device_reconnect (const struct record *r, char *why, size_t len)
 
   if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
     return false;
-  if (e.size != r->size) {
-    snprintf (why, len, "the new server's size %llu differs from %llu",
+  /* An image that grew since (pdio resize not run yet) is served whole,
+   * and the device still sees its old size: harmless.  Smaller, the end
+   * of the device would be gone.
+   */
+  if (e.size < r->size) {
+    snprintf (why, len, "the new server's size %llu is less than the "
+              "device's %llu (the image shrank?)",
               (unsigned long long) e.size, (unsigned long long) r->size);
     ok = false;
   }
-  else
+  else {
     /* No client flags: the ones the device has stay. */
-    ok = nbdnl_reconfigure (nbd_index (r->device), r->backend, fds,
-                            r->connections, -1, why, len);
+    const struct nbdnl_change c = {
+      .backend = backend_of (r), .fds = fds, .n = r->connections,
+      .client_flags = -1,
+    };
+
+    ok = nbdnl_reconfigure (nbd_index (r->device), &c, why, len);
+  }
   for (unsigned i = 0; i < r->connections; i++)
     close (fds[i]);
   return ok;
+}
+
+bool
+device_resize (const struct record *r, uint64_t size, char *why, size_t len)
+{
+  int idx = nbd_index (r->device);
+  const struct nbdnl_change c = {
+    .backend = test_break ("backend-mismatch") ? "pdio:another-image"
+                                               : backend_of (r),
+    .client_flags = -1, .size = size - size % r->block_size,
+  };
+
+  if (c.size == 0) {
+    snprintf (why, len, "%llu bytes is less than one block (%u bytes)",
+              (unsigned long long) size, (unsigned) r->block_size);
+    return false;
+  }
+  if (!nbdnl_reconfigure (idx, &c, why, len))
+    return false;
+  for (unsigned t = 0; nbd_size (idx) != c.size; t += 50) {
+    if (t >= 10000) {
+      snprintf (why, len, "the kernel took the new size, but the device "
+                "shows %llu bytes, not %llu, after 10 s",
+                (unsigned long long) nbd_size (idx),
+                (unsigned long long) c.size);
+      return false;
+    }
+    msleep (50);
+  }
+  return true;
+}
+
+/* Whether a /proc/PID/fd link names the device or one of its partitions:
+ * "/dev/nbd3", "/dev/nbd3p1", not "/dev/nbd31".
+ */
+static bool
+names_device (const char *link, int idx)
+{
+  char dev[32];
+  size_t n = snprintf (dev, sizeof dev, "/dev/nbd%d", idx);
+
+  return strncmp (link, dev, n) == 0 && (link[n] == '\0' || link[n] == 'p');
+}
+
+bool
+device_in_use (int idx, char *buf, size_t len)
+{
+  DIR *proc;
+  struct dirent *p;
+  bool found = false;
+
+  if (nbd_busy (idx, buf, len))
+    return true;
+  proc = opendir ("/proc");
+  if (proc == NULL)
+    return false;
+  while (!found && (p = readdir (proc)) != NULL) {
+    char dir[300], path[PATH_MAX], link[PATH_MAX], comm[64];
+    struct dirent *f;
+    DIR *fds;
+    ssize_t n;
+
+    if (p->d_name[0] < '1' || p->d_name[0] > '9')
+      continue;
+    snprintf (dir, sizeof dir, "/proc/%s/fd", p->d_name);
+    fds = opendir (dir);
+    if (fds == NULL)
+      continue;
+    while (!found && (f = readdir (fds)) != NULL) {
+      snprintf (path, sizeof path, "%s/%s", dir, f->d_name);
+      n = readlink (path, link, sizeof link - 1);
+      if (n <= 0)
+        continue;
+      link[n] = '\0';
+      if (names_device (link, idx)) {
+        if (!proc_comm (atoi (p->d_name), comm, sizeof comm))
+          snprintf (comm, sizeof comm, "?");
+        snprintf (buf, len, "open by %s (pid %s)", comm, p->d_name);
+        found = true;
+      }
+    }
+    closedir (fds);
+  }
+  closedir (proc);
+  return found;
 }

@@ -33,14 +33,14 @@ usage (FILE *fp)
   fprintf (fp,
 "Usage: pdio list [--json] [--noheadings]\n"
 "Show the devices pdio attached: device, image, read-only, connections,\n"
-"block size, direct-I/O alignment, server pid, the image's bytes in the\n"
-"page cache (expected: 0), how often the server was restarted and\n"
-"whether the attachment is alive.\n"
+"block size, direct-I/O alignment, server pid, how often the server was\n"
+"restarted, the image's bytes in the page cache (expected: 0), its size\n"
+"as served (pdio resize changes it) and whether the attachment is alive.\n"
 "\n"
-"      --json             as JSON, with the size, the front end (pdio or\n"
-"                         nbdkit), the supervisor's pid, and the memory of\n"
-"                         the server and of the supervisor (RSS and PSS in\n"
-"                         bytes, from /proc/PID/smaps_rollup)\n"
+"      --json             as JSON, with the front end (pdio or nbdkit), the\n"
+"                         backend identifier, the supervisor's pid, and the\n"
+"                         memory of the server and of the supervisor (RSS\n"
+"                         and PSS in bytes, from /proc/PID/smaps_rollup)\n"
 "      --noheadings       no header line\n");
 }
 
@@ -71,8 +71,8 @@ print_table (const struct row *rows, size_t n, bool headings)
       w = strlen (rows[i].r->image);
   if (headings)
     printf ("%-10s %-*s RO CONNS BLOCK-SIZE DIO-ALIGN     PID RESTARTS CACHED "
-            "STATUS\n",
-            "NAME", w, "IMAGE");
+            "%14s STATUS\n",
+            "NAME", w, "IMAGE", "SIZE");
   for (size_t i = 0; i < n; i++) {
     const struct record *r = rows[i].r;
     char cached[24];
@@ -81,10 +81,11 @@ print_table (const struct row *rows, size_t n, bool headings)
       snprintf (cached, sizeof cached, "-");
     else
       snprintf (cached, sizeof cached, "%" PRId64, rows[i].cached);
-    printf ("%-10s %-*s %2d %5u %10" PRIu32 " %9" PRIu32 " %7d %8u %6s %s",
+    printf ("%-10s %-*s %2d %5u %10" PRIu32 " %9" PRIu32 " %7d %8u %6s %14"
+            PRIu64 " %s",
             r->device, w, r->image, r->readonly, r->connections,
             r->block_size, r->dio_align, (int) r->server_pid, r->restarts,
-            cached, rows[i].status);
+            cached, r->size, rows[i].status);
     if (r->restarts && !r->gave_up)
       printf (" (last restart: %s)", r->reason);
     putchar ('\n');
@@ -142,7 +143,12 @@ print_json (const struct row *rows, size_t n)
     printf (",\n         \"timeout\": %u,\n         \"dead-timeout\": %u,\n"
             "         \"autoclear\": %s,\n", r->timeout, r->dead_timeout,
             r->autoclear ? "true" : "false");
-    printf ("         \"socket\": ");
+    printf ("         \"backend\": ");
+    if (r->backend[0])
+      json_string (stdout, r->backend);
+    else
+      printf ("null");
+    printf (",\n         \"socket\": ");
     json_string (stdout, r->socket);
     printf (",\n         \"status\": ");
     json_string (stdout, rows[i].status);

@@ -25,6 +25,8 @@ usage (FILE *fp)
 "                       detach, stop its server, remove its socket\n"
 "  list [--json]        show what is attached\n"
 "  restart DEVICE|IMAGE replace the device's server, the device stays up\n"
+"  resize [--size SIZE [--force]] DEVICE|IMAGE\n"
+"                       the device takes the image's (new) size\n"
 "  serve [-r] [--socket PATH | --port PORT] IMAGE\n"
 "                       serve IMAGE in the foreground, print how to attach\n"
 "\n"
@@ -52,6 +54,7 @@ main (int argc, char **argv)
     { "list", cmd_list },
     { "serve", cmd_serve },
     { "restart", cmd_restart },
+    { "resize", cmd_resize },
   };
 
   /* mount(8) runs /sbin/mount.pdio, and umount(8) /sbin/umount.pdio,

@@ -3,7 +3,9 @@
  * ioctls: a netlink-configured device needs no process parked in
  * NBD_DO_IT, takes fresh sockets for a live device (NBD_CMD_RECONFIGURE)
  * and can wait for them (NBD_ATTR_DEAD_CONN_TIMEOUT), which is what lets a
- * device outlive its server.
+ * device outlive its server; a reconfigure also resizes a live device
+ * (NBD_ATTR_SIZE_BYTES, Linux 5.3), and the device holds the image's
+ * identity (NBD_ATTR_BACKEND_IDENTIFIER, Linux 5.14).
  */
 #include <config.h>
 
@@ -199,8 +201,8 @@ nbdnl_disconnect (int index, char *why, size_t len)
 }
 
 bool
-nbdnl_reconfigure (int index, const char *backend, const int *fds, unsigned n,
-                   int64_t client_flags, char *why, size_t len)
+nbdnl_reconfigure (int index, const struct nbdnl_change *c, char *why,
+                   size_t len)
 {
   const char *what = "NBD_CMD_RECONFIGURE";
   struct nl_sock *s;
@@ -209,12 +211,15 @@ nbdnl_reconfigure (int index, const char *backend, const int *fds, unsigned n,
 
   return m != NULL &&
     end_command (s, m,
-                 (backend == NULL ||
+                 (c->backend == NULL ||
                   nla_put_string (m, NBD_ATTR_BACKEND_IDENTIFIER,
-                                  backend) >= 0) &&
-                 (n == 0 || put_sockets (m, fds, n) >= 0) &&
-                 (client_flags < 0 ||
-                  nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS, client_flags) >= 0),
+                                  c->backend) >= 0) &&
+                 (c->n == 0 || put_sockets (m, c->fds, c->n) >= 0) &&
+                 (c->client_flags < 0 ||
+                  nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS,
+                               c->client_flags) >= 0) &&
+                 (c->size == 0 ||
+                  nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, c->size) >= 0),
                  what, NULL, NULL, why, len);
 }
 

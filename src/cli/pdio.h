@@ -76,6 +76,12 @@ enum {
 /* The kernel nbd driver takes block sizes from 512 to the page size. */
 #define MIN_BLOCK_SIZE 512
 #define MAX_BLOCK_SIZE 4096
+/* The image's identity as the kernel is told it (NBD_ATTR_BACKEND_IDENTIFIER,
+ * shown in /sys/block/nbdN/backend), with its terminating NUL.  The kernel
+ * sets no limit, but sysfs shows at most a page, and it is meant to be
+ * read: the identity is in the first few dozen bytes, the rest is the path.
+ */
+#define BACKEND_ID_MAX 256
 
 /* --- util.c: messages, parsing, environment ------------------------------ */
 extern void errorf (const char *fmt, ...)
@@ -85,6 +91,10 @@ extern void warnf (const char *fmt, ...)
 /* Parses a decimal number in [min, max]; false if it is not one. */
 extern bool parse_uint (const char *s, unsigned long min, unsigned long max,
                         unsigned long *out);
+/* Parses a size in bytes, with an optional K, M, G, T or P (powers of
+ * 1024, "KiB" and "K" alike); false if it is not one or overflows.
+ */
+extern bool parse_size (const char *s, uint64_t *out);
 extern bool is_power_of_two (unsigned long v);
 /* $PDIO_RUNDIR or /run/pdio: sockets, pid files, logs and records. */
 extern const char *rundir (void);
@@ -177,12 +187,14 @@ struct record {
    */
   char name[64];
   /* What the device was connected with (NBD_ATTR_BACKEND_IDENTIFIER,
-   * /sys/block/nbdN/backend): unique to this attachment, so that a
-   * device number the kernel has given to another attachment since is
-   * never taken for this one.  Every NBD_CMD_RECONFIGURE repeats it.
-   * "" in records of an older pdio.
+   * /sys/block/nbdN/backend): the image's identity (backend_id), which
+   * only this attachment can have while it lives (one attachment per
+   * image: claim.c), so that a device number the kernel has given to
+   * another attachment since is never taken for this one.  Every
+   * NBD_CMD_RECONFIGURE repeats it.  "" in records of an older pdio, or
+   * attached without one.
    */
-  char backend[128];
+  char backend[BACKEND_ID_MAX];
   bool on_demand;               /* past nbds_max: destroyed on disconnect */
   char image[PATH_MAX];         /* realpath */
   char socket[PATH_MAX];
@@ -191,7 +203,9 @@ struct record {
   uint32_t block_size;          /* the device's, as given to the kernel */
   uint32_t dio_align;           /* the preferred block size the server
                                    advertises: pdio's direct-I/O alignment */
-  uint64_t size;
+  uint64_t size;                /* the image's, as served (pdio resize
+                                   changes it); the device has it rounded
+                                   down to block_size */
   pid_t server_pid;
   /* The supervisor, and what it has done. */
   pid_t supervisor_pid;
@@ -229,6 +243,11 @@ extern int record_write (const struct record *r);
 extern struct record *records_load (size_t *n);
 /* The record of one device ("/dev/nbdN"); -1 if there is none. */
 extern int record_load_device (const char *device, struct record *r);
+/* The record a DEVICE or IMAGE argument of cmd names; false, with a
+ * message, if there is none.
+ */
+extern bool record_find (const char *cmd, const char *what,
+                         struct record *out);
 /* Removes every file of the attachment in the run directory but its
  * claim: socket, pid file, logs and record.  The one place that does.
  */
@@ -304,15 +323,22 @@ struct nbdnl_device {
 extern int nbdnl_connect (const struct nbdnl_device *d, const int *fds,
                           unsigned n, char *why, size_t len);
 extern bool nbdnl_disconnect (int index, char *why, size_t len);
-/* NBD_CMD_RECONFIGURE: fresh sockets for the dead connections (extra ones
- * are refused by the kernel and closed), and/or client flags (-1 leaves
- * them alone; given, they replace both DISCONNECT_ON_CLOSE and
- * DESTROY_ON_DISCONNECT).  backend: what the device was connected with
- * (the kernel refuses a reconfigure that does not repeat it), or NULL.
+/* NBD_CMD_RECONFIGURE of a connected device.  Once a device has a backend
+ * identifier, the kernel refuses (EINVAL) a reconfigure that does not
+ * repeat it exactly: it is for the device, not for one change.
  */
-extern bool nbdnl_reconfigure (int index, const char *backend, const int *fds,
-                               unsigned n, int64_t client_flags, char *why,
-                               size_t len);
+struct nbdnl_change {
+  const char *backend;          /* as given at connect, or NULL if none */
+  const int *fds;               /* fresh sockets for the dead connections */
+  unsigned n;                   /* (extra ones are refused and closed) */
+  /* -1 leaves them alone; given, they replace both DISCONNECT_ON_CLOSE
+   * and DESTROY_ON_DISCONNECT.
+   */
+  int64_t client_flags;
+  uint64_t size;                /* NBD_ATTR_SIZE_BYTES; 0 leaves it */
+};
+extern bool nbdnl_reconfigure (int index, const struct nbdnl_change *c,
+                               char *why, size_t len);
 /* NBD_CMD_STATUS: 1 connected, 0 not, -1 error (why set). */
 extern int nbdnl_status (int index, char *why, size_t len);
 /* A socket subscribed to the driver's multicast group (NBD_CMD_LINK_DEAD);
@@ -334,8 +360,27 @@ extern int nbdnl_events_read (struct nl_sock *s);
  * for it to come up.
  */
 extern bool device_connect (struct record *r, char *why, size_t len);
-/* Fresh connections for a live device (after a restart, or a dead link). */
+/* Fresh connections for a live device (after a restart, or a dead link);
+ * the server must serve at least the device's size.
+ */
 extern bool device_reconnect (const struct record *r, char *why, size_t len);
+/* The device's size becomes size rounded down to its block size; the
+ * kernel sends a uevent (for resize2fs and xfs_growfs).  Waits until
+ * sysfs shows it.
+ */
+extern bool device_resize (const struct record *r, uint64_t size, char *why,
+                           size_t len);
+/* The image's identity, "pdio:MAJOR:MINOR:INODE:PATH" (a block device:
+ * its device number and inode 0), into buf (BACKEND_ID_MAX); false with
+ * why set if it cannot be stat'ed.  The same file gives the same string
+ * for as long as it exists, under any name; another file at that path
+ * gives another.
+ */
+extern bool backend_id (const char *image, char *buf, char *why, size_t len);
+/* Someone uses the device: mounted or held (nbd_busy), or open in a
+ * process (/proc/PID/fd); what and who, in buf.
+ */
+extern bool device_in_use (int idx, char *buf, size_t len);
 extern void device_scan_partitions (const char *device);
 /* Waits for udev's probes of the devices it saw change, if udev runs. */
 extern void device_settle (void);
@@ -516,7 +561,14 @@ extern bool pid_is_supervisor (pid_t pid);
 /* "killed by SIGKILL", "exited with status 1"... */
 extern void describe_status (int status, char *buf, size_t len);
 
-/* --- the commands: attach.c detach.c list.c serve.c restart.c --------------
+/* --- restart.c ------------------------------------------------------------ */
+/* What pdio restart does, for pdio resize too: the supervisor replaces the
+ * server (one is started if it is gone), and this waits until the record
+ * names the new one.  r is reloaded.  false with a message.
+ */
+extern bool restart_server (const char *cmd, struct record *r);
+
+/* --- the commands: attach.c detach.c list.c serve.c restart.c resize.c ----
  * mount_pdio.c (mount.pdio) umount_pdio.c (umount.pdio); main.c picks one.
  */
 extern int cmd_attach (int argc, char **argv);
@@ -524,6 +576,7 @@ extern int cmd_detach (int argc, char **argv);
 extern int cmd_list (int argc, char **argv);
 extern int cmd_serve (int argc, char **argv);
 extern int cmd_restart (int argc, char **argv);
+extern int cmd_resize (int argc, char **argv);
 extern int cmd_mount (int argc, char **argv);
 extern int cmd_umount (int argc, char **argv);
 

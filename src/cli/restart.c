@@ -6,7 +6,7 @@
  * starts a new one and hands the device fresh connections.  This waits
  * until the record says it is done, and prints which it was.  If the
  * supervisor is gone, this starts a new one, which replaces the server
- * the second way.
+ * the second way.  pdio resize uses this to restart an nbdkit server.
  */
 #include <config.h>
 
@@ -40,38 +40,13 @@ usage (FILE *fp)
 "is replaced the second way).\n");
 }
 
-/* The record a DEVICE or IMAGE argument names. */
-static bool
-find_record (const char *what, struct record *out)
-{
-  char real[PATH_MAX];
-  int idx = nbd_index (what);
-  struct record *recs;
-  bool found = false;
-  size_t n;
-
-  recs = records_load (&n);
-  for (size_t i = 0; i < n && !found; i++)
-    if (idx >= 0 ? nbd_index (recs[i].device) == idx
-                 : strcmp (recs[i].image, what) == 0 ||
-                   (realpath (what, real) && strcmp (recs[i].image, real) == 0)) {
-      *out = recs[i];
-      found = true;
-    }
-  free (recs);
-  if (!found)
-    errorf (CMD ": %s: not attached by pdio (no record in %s)", what,
-            rundir ());
-  return found;
-}
-
 /* The device's supervisor is gone (killed, say): start a new one, as
  * attach does (a subreaper in a session of its own), under the state lock
  * so that two of these do not both start one.  It tells us on the pipe
  * once it has recorded itself.
  */
 static bool
-start_supervisor (struct record *r)
+start_supervisor (const char *cmd, struct record *r)
 {
   char self[PATH_MAX], nbdkit[PATH_MAX] = "", pidfile[PATH_MAX], c;
   ssize_t n = readlink ("/proc/self/exe", self, sizeof self - 1);
@@ -79,34 +54,34 @@ start_supervisor (struct record *r)
   pid_t pid;
 
   if (n <= 0) {
-    errorf (CMD ": cannot find pdio itself (/proc/self/exe): %m");
+    errorf ("%s: cannot find pdio itself (/proc/self/exe): %m", cmd);
     return false;
   }
   self[n] = '\0';
   if (test_break ("no-take-over")) {
-    errorf (CMD ": %s: its supervisor (pid %d) is gone", r->device,
+    errorf ("%s: %s: its supervisor (pid %d) is gone", cmd, r->device,
             (int) r->supervisor_pid);
     return false;
   }
   if (r->nbdkit &&
       !find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
-    errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
-            "nbdkit)", nbdkit);
+    errorf ("%s: nbdkit not found (%s): install it (apt-get install "
+            "nbdkit)", cmd, nbdkit);
     return false;
   }
-  lock = state_lock (CMD);
+  lock = state_lock (cmd);
   if (lock == -1)
     return false;
   /* Another pdio restart may have been quicker. */
   if (record_load_device (r->device, r) == -1) {
-    errorf (CMD ": %s: its record went away (detached?)", r->device);
+    errorf ("%s: %s: its record went away (detached?)", cmd, r->device);
     close (lock);
     return false;
   }
   if (pid_is_supervisor (r->supervisor_pid)) {
     close (lock);
     if (kill (r->supervisor_pid, SIGUSR1) == -1) {
-      errorf (CMD ": %s: cannot signal its supervisor, pid %d: %m",
+      errorf ("%s: %s: cannot signal its supervisor, pid %d: %m", cmd,
               r->device, (int) r->supervisor_pid);
       return false;
     }
@@ -114,14 +89,14 @@ start_supervisor (struct record *r)
   }
   state_path (r->name, "pid", pidfile, sizeof pidfile);
   if (pipe2 (p, O_CLOEXEC) == -1) {
-    errorf (CMD ": pipe: %m");
+    errorf ("%s: pipe: %m", cmd);
     close (lock);
     return false;
   }
   fflush (NULL);
   pid = fork ();
   if (pid == -1) {
-    errorf (CMD ": fork: %m");
+    errorf ("%s: fork: %m", cmd);
     close (lock);
     return false;
   }
@@ -138,8 +113,8 @@ start_supervisor (struct record *r)
   close (p[1]);
   if (read (p[0], &c, 1) != 1) {
     waitpid (pid, &status, 0);
-    errorf (CMD ": %s: the new supervisor did not start (see %s/%s"
-            ".supervisor.log)", r->device, rundir (), r->device + 5);
+    errorf ("%s: %s: the new supervisor did not start (see %s/%s"
+            ".supervisor.log)", cmd, r->device, rundir (), r->device + 5);
     close (p[0]);
     close (lock);
     return false;
@@ -151,6 +126,49 @@ start_supervisor (struct record *r)
   return true;
 }
 
+bool
+restart_server (const char *cmd, struct record *r)
+{
+  struct record now;
+  pid_t old = r->server_pid;
+
+  if (!pid_is_supervisor (r->supervisor_pid)) {
+    /* The new supervisor replaces the server as it starts. */
+    if (!start_supervisor (cmd, r))
+      return false;
+  }
+  else if (kill (r->supervisor_pid, SIGUSR1) == -1) {
+    errorf ("%s: %s: cannot signal its supervisor, pid %d: %m", cmd,
+            r->device, (int) r->supervisor_pid);
+    return false;
+  }
+  for (unsigned t = 0; ; t += 50) {
+    if (record_load_device (r->device, &now) == -1) {
+      errorf ("%s: %s: its record went away (detached?)", cmd, r->device);
+      return false;
+    }
+    if (now.gave_up && now.restarts > r->restarts) {
+      errorf ("%s: %s: the server could not be restarted: %s", cmd,
+              r->device, now.reason);
+      return false;
+    }
+    if (now.restarts > r->restarts && now.server_pid > 0 &&
+        pid_alive (now.server_pid))
+      break;
+    if (t >= RESTART_WAIT_MS) {
+      errorf ("%s: %s: no new server within %d s (see %s/%s.supervisor"
+              ".log)", cmd, r->device, RESTART_WAIT_MS / 1000, rundir (),
+              r->device + 5);
+      return false;
+    }
+    msleep (50);
+  }
+  *r = now;
+  printf ("%s: server pid %d replaced by pid %d (%s)\n", r->device,
+          (int) old, (int) r->server_pid, r->reason);
+  return true;
+}
+
 int
 cmd_restart (int argc, char **argv)
 {
@@ -158,7 +176,7 @@ cmd_restart (int argc, char **argv)
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
-  struct record r, now;
+  struct record r;
   int c;
 
   while ((c = getopt_long (argc, argv, "+h", longopts, NULL)) != -1)
@@ -173,40 +191,7 @@ cmd_restart (int argc, char **argv)
   }
   if (!need_root (CMD))
     return EXIT_NOT_ROOT;
-  if (!find_record (argv[optind], &r))
+  if (!record_find (CMD, argv[optind], &r))
     return EXIT_FAILED;
-  if (!pid_is_supervisor (r.supervisor_pid)) {
-    /* The new supervisor replaces the server as it starts. */
-    if (!start_supervisor (&r))
-      return EXIT_FAILED;
-  }
-  else if (kill (r.supervisor_pid, SIGUSR1) == -1) {
-    errorf (CMD ": %s: cannot signal its supervisor, pid %d: %m", r.device,
-            (int) r.supervisor_pid);
-    return EXIT_FAILED;
-  }
-  for (unsigned t = 0; ; t += 50) {
-    if (record_load_device (r.device, &now) == -1) {
-      errorf (CMD ": %s: its record went away (detached?)", r.device);
-      return EXIT_FAILED;
-    }
-    if (now.gave_up && now.restarts > r.restarts) {
-      errorf (CMD ": %s: the server could not be restarted: %s", r.device,
-              now.reason);
-      return EXIT_FAILED;
-    }
-    if (now.restarts > r.restarts && now.server_pid > 0 &&
-        pid_alive (now.server_pid))
-      break;
-    if (t >= RESTART_WAIT_MS) {
-      errorf (CMD ": %s: no new server within %d s (see %s/%s.supervisor"
-              ".log)", r.device, RESTART_WAIT_MS / 1000, rundir (),
-              r.device + 5);
-      return EXIT_FAILED;
-    }
-    msleep (50);
-  }
-  printf ("%s: server pid %d replaced by pid %d (%s)\n", r.device,
-          (int) r.server_pid, (int) now.server_pid, now.reason);
-  return EXIT_OK;
+  return restart_server (CMD, &r) ? EXIT_OK : EXIT_FAILED;
 }

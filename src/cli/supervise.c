@@ -146,18 +146,32 @@ set_reason (struct sup *s, const char *fmt, ...)
       *p = ' ';
 }
 
-static void
-save (struct sup *s)
+/* What other commands change in the record: mount.pdio sets autoclear
+ * after attach, pdio resize the size.  A reconnect must expect the size
+ * the device has now, not the one it had at attach.  false if the record
+ * at the device's number is another attachment's.
+ */
+static bool
+refresh (struct sup *s)
 {
   struct record cur;
 
-  if (record_load_device (s->rec.device, &cur) == 0) {
-    /* The number went to another attachment: its record is not ours. */
-    if (strcmp (cur.backend, s->rec.backend) != 0)
-      return;
-    /* mount.pdio sets autoclear in the record after attach. */
-    s->rec.autoclear = cur.autoclear;
-  }
+  if (record_load_device (s->rec.device, &cur) != 0)
+    return true;
+  /* The number went to another attachment: its record is not ours. */
+  if (strcmp (cur.backend, s->rec.backend) != 0)
+    return false;
+  s->rec.autoclear = cur.autoclear;
+  if (!test_break ("supervisor-stale-size"))
+    s->rec.size = cur.size;
+  return true;
+}
+
+static void
+save (struct sup *s)
+{
+  if (!refresh (s))
+    return;
   if (record_write (&s->rec) == -1)
     say ("cannot write the record of %s: %m", s->rec.device);
 }
@@ -217,9 +231,26 @@ static bool
 start_and_reconnect (struct sup *s, char *why, size_t len)
 {
   char prev[PATH_MAX + 8], last[512];
+  char id[BACKEND_ID_MAX];
   pid_t pid;
   int status;
 
+  /* The right image, always: the path may name another file now (the
+   * image replaced, or moved and another put there).  The kernel would
+   * take the new server's sockets; its data would not be the device's.
+   * (A path that names nothing is left to the server, which says so.)
+   */
+  if (s->rec.backend[0] && !test_break ("no-identity-check") &&
+      backend_id (s->rec.image, id, why, len)) {
+    if (strcmp (id, s->rec.backend) != 0) {
+      int n = snprintf (why, len, "%s is not the image attached any more "
+                        "(it is %s, the device's is ", s->rec.image, id);
+
+      if (n > 0 && (size_t) n < len)
+        snprintf (why + n, len - n, "%s): not serving it", s->rec.backend);
+      return false;
+    }
+  }
   if (!image_lock_free (s->rec.image, LOCK_WAIT_MS)) {
     snprintf (why, len, "%s is still locked by another process after %d s",
               s->rec.image, LOCK_WAIT_MS / 1000);
@@ -239,6 +270,7 @@ start_and_reconnect (struct sup *s, char *why, size_t len)
     return false;
   }
   s->rec.server_pid = pid;
+  refresh (s);
   if (device_reconnect (&s->rec, why, len))
     return true;
   kill (pid, SIGKILL);
@@ -348,6 +380,7 @@ link_dead (struct sup *s)
   if (s->rec.gave_up || s->rec.server_pid <= 0 ||
       !pid_alive (s->rec.server_pid))
     return;
+  refresh (s);
   if (device_reconnect (&s->rec, why, sizeof why)) {
     say ("a connection of %s died with the server alive: handed it a fresh "
          "one", s->rec.device);

@@ -1,10 +1,12 @@
 /* Messages, number parsing and the few environment settings. */
 #include <config.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +58,36 @@ parse_uint (const char *s, unsigned long min, unsigned long max,
   if (errno || *end || v < min || v > max)
     return false;
   *out = v;
+  return true;
+}
+
+bool
+parse_size (const char *s, uint64_t *out)
+{
+  static const char units[] = "KMGTP";
+  const char *u;
+  char *end;
+  uint64_t v;
+  unsigned shift = 0;
+
+  if (s == NULL || *s < '0' || *s > '9')
+    return false;
+  errno = 0;
+  v = strtoull (s, &end, 10);
+  if (errno)
+    return false;
+  if (*end) {
+    u = strchr (units, toupper ((unsigned char) *end));
+    if (u == NULL || *u == '\0')
+      return false;
+    shift = 10 * (u - units + 1);
+    end++;
+    if (strcmp (end, "iB") != 0 && *end != '\0')
+      return false;
+  }
+  if (shift && v > (UINT64_MAX >> shift))
+    return false;
+  *out = v << shift;
   return true;
 }
 

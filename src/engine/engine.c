@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <linux/fs.h>
 
 #include "engine_internal.h"
 
@@ -64,6 +66,13 @@ int
 pdio_check_range (const struct pdio_image *img, enum pdio_op op,
                   uint64_t offset, uint64_t count)
 {
+  return engine_check_range (img, pdio_size (img), op, offset, count);
+}
+
+int
+engine_check_range (const struct pdio_image *img, uint64_t size,
+                    enum pdio_op op, uint64_t offset, uint64_t count)
+{
   bool writes;
 
   /* A lock is the range of the write that will come in pieces. */
@@ -88,23 +97,25 @@ pdio_check_range (const struct pdio_image *img, enum pdio_op op,
   /* NBD: a write or zero past the end is "no space", anything else past
    * the end an invalid request.
    */
-  if (offset > img->geo.size || count > img->geo.size - offset)
+  if (offset > size || count > size - offset)
     return op == PDIO_OP_WRITE || op == PDIO_OP_ZERO ? -ENOSPC : -EINVAL;
   return 0;
 }
 
 void
-engine_write_span (const struct pdio_image *img, uint64_t offset,
-                   uint64_t count, uint64_t *startp, uint64_t *endp)
+engine_write_span (const struct pdio_image *img, uint64_t size,
+                   uint64_t offset, uint64_t count, uint64_t *startp,
+                   uint64_t *endp)
 {
   uint64_t start = round_down (offset, img->geo.offset_align);
   uint64_t end = round_up (offset + count, img->geo.offset_align);
+  uint64_t direct_end = engine_direct_end (img, size);
 
   /* A tail write dirties the whole page (and fs block) it lands in. */
-  if (offset + count > img->direct_end) {
+  if (offset + count > direct_end) {
     uint64_t grain = img->geo.fs_block > GEOMETRY_PAGE
       ? img->geo.fs_block : GEOMETRY_PAGE;
-    uint64_t tail_start = round_down (img->direct_end, grain);
+    uint64_t tail_start = round_down (direct_end, grain);
 
     if (tail_start < start)
       start = tail_start;
@@ -127,12 +138,18 @@ engine_write_span (const struct pdio_image *img, uint64_t offset,
  * or unlink done before those requests were sent, so a client that
  * changes the file and then writes gets its error.  A request that came
  * in later asks the file again, and so does one that ends past the size
- * seen (the file may have grown back).  Not caught: a change made after
- * the fstat -- between it and the write, or by someone racing the client;
- * this is a guard against mistakes, not a lock.
+ * seen (the file may have grown back, or been grown for pdio_refresh_size:
+ * an answer from before a resize never refuses the space it added).  The
+ * end checked is clipped to size, the size the request started with
+ * (req_state.size), not the size at open: after a resize that grew the
+ * image, a write past the old end must still find the file that long.
+ * Not caught: a change made after the fstat -- between it and the write,
+ * or by someone racing the client; this is a guard against mistakes, not
+ * a lock.
  */
 int
-engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t end)
+engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t size,
+                   uint64_t end)
 {
   struct pdio_image *img = t->img;
   struct stat st;
@@ -141,8 +158,8 @@ engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t end)
    * image's size.
    */
   end = round_up (end, img->geo.offset_align);
-  if (end > img->geo.size)
-    end = img->geo.size;
+  if (end > size)
+    end = size;
 
   if (img->geo.blockdev)
     return 0;
@@ -166,6 +183,47 @@ engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t end)
   return 0;
 }
 
+/* ---- the size served ------------------------------------------------------ */
+
+uint64_t
+pdio_size (const struct pdio_image *img)
+{
+  return atomic_load_explicit (&img->size, memory_order_acquire);
+}
+
+/* Nothing else changes with the size: the alignment and the allocation
+ * unit belong to the file or device, and tail_fd is open whenever the
+ * image is writable, so a size that stops being a multiple of the
+ * alignment needs nothing new.  A request that started before keeps its
+ * own size (req_state.size) to the end, so no request sees two sizes.
+ */
+int
+pdio_refresh_size (struct pdio_image *img, uint64_t *sizep)
+{
+  uint64_t old = pdio_size (img), size;
+  struct stat st;
+
+  if (fstat (img->fd, &st) == -1)
+    return -errno;
+  if (img->geo.blockdev) {
+    if (ioctl (img->fd, BLKGETSIZE64, &size) == -1)
+      return -errno;
+  }
+  else
+    size = st.st_size;
+  if (size != old) {
+    atomic_store_explicit (&img->size, size, memory_order_release);
+    /* The operator's resize is no accident: a later shrink or deletion
+     * is news again.
+     */
+    atomic_store (&img->told_changed, false);
+    engine_debug (img, "%s: size %" PRIu64 " -> %" PRIu64 "%s", img->file,
+                  old, size, size < old ? " (shrank)" : "");
+  }
+  *sizep = size;
+  return 0;
+}
+
 /* ---- what the image advertises and has counted --------------------------- */
 
 void
@@ -181,7 +239,7 @@ pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
   uint32_t pref = img->geo.offset_align > 512 ? img->geo.offset_align : 512;
 
   *info = (struct pdio_info) {
-    .size = img->geo.size,
+    .size = pdio_size (img),
     .readonly = img->readonly,
     .blockdev = img->geo.blockdev,
     .can_extents = !img->geo.blockdev,

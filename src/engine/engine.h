@@ -114,6 +114,20 @@ struct pdio_info {
 };
 extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info);
 
+/* The size served now (what pdio_get_info says as .size): requests are
+ * checked against it.  One atomic load, for a front end's per-request
+ * checks.
+ */
+extern uint64_t pdio_size (const struct pdio_image *img);
+/* Takes the image's size as it is now (a file grown or shrunk with
+ * ftruncate, a block device resized) as the size served from the next
+ * request on; requests already started keep the size they started with
+ * (and those submitted with PDIO_SIZED are judged against the size they
+ * carry).  Safe from any thread.  Sets *size and returns 0, or -errno (the size
+ * served stays as it was).
+ */
+extern int pdio_refresh_size (struct pdio_image *img, uint64_t *size);
+
 /* Request flags. */
 #define PDIO_FUA       1u       /* durable before returning */
 #define PDIO_MAY_TRIM  2u       /* zero: may deallocate */
@@ -124,6 +138,8 @@ extern void pdio_get_info (const struct pdio_image *img, struct pdio_info *info)
                                    range lock of its own; writes in flight
                                    together must then not share a block
                                    of the alignment (at most 1 MiB) */
+#define PDIO_SIZED    32u       /* checked against r->size, not the size
+                                   served now (pdio_req.size) */
 
 /* ---- per-thread context ------------------------------------------------ */
 
@@ -296,6 +312,13 @@ struct pdio_req {
    * write, zero or flush may reuse a file check made since (pdio_submit).
    */
   uint64_t arrived;
+  /* With PDIO_SIZED, the image's size (pdio_size) as the front end took
+   * the request in: the pieces of a streamed request (and its lock) all
+   * pass the one the whole request was judged against, so none of them
+   * sees a resize made meanwhile.  Without it, the size served when the
+   * request is submitted.
+   */
+  uint64_t size;
   /* The engine's: the caller must not touch it until done runs. */
   struct pdio_req_private priv;
 };

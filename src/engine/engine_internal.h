@@ -56,12 +56,17 @@ struct pdio_image {
   char *file;
   int fd;                       /* O_DIRECT */
   int tail_fd;                  /* buffered, only for the sub-alignment
-                                   tail of the image; -1 if there is none */
-  struct geometry geo;
+                                   tail of the image; -1 if read-only or
+                                   a block device */
+  struct geometry geo;          /* geo.size: the size at open */
+  /* The size served: geo.size until pdio_refresh_size.  A request reads
+   * it once, as it starts (req_state.size), and keeps that value for
+   * every step.
+   */
+  _Atomic uint64_t size;
   bool readonly;
   bool on_fuse;                 /* see check_filesystem() */
   enum pdio_backend backend;    /* URING or PSYNC */
-  uint64_t direct_end;          /* writes at or past this use tail_fd */
   size_t bounce_cap;            /* bounce bytes per chunk (BOUNCE_CAP) */
   bool bounce_canary;           /* see pdio_config */
   atomic_bool told_changed;     /* logged that the file shrank or went */
@@ -159,19 +164,35 @@ extern void engine_log (const struct pdio_image *img,
 /* The image file shrank or was deleted while served: say so once. */
 extern void engine_tell_changed (struct pdio_image *img, const char *what);
 
+/* Below, size is the size a request started with (req_state.size). */
+
+/* pdio_check_range against that size. */
+extern int engine_check_range (const struct pdio_image *img, uint64_t size,
+                               enum pdio_op op, uint64_t offset,
+                               uint64_t count);
+
+/* Writes at or past this offset go through tail_fd: the image's last,
+ * partial block.
+ */
+static inline uint64_t
+engine_direct_end (const struct pdio_image *img, uint64_t size)
+{
+  return size & ~((uint64_t) img->geo.offset_align - 1);
+}
+
 /* The span a write of [offset, offset+count) may touch, for the range
  * lock: block-rounded, and for a tail write the whole page/fs block.
  */
-extern void engine_write_span (const struct pdio_image *img, uint64_t offset,
-                               uint64_t count, uint64_t *start,
-                               uint64_t *end);
+extern void engine_write_span (const struct pdio_image *img, uint64_t size,
+                               uint64_t offset, uint64_t count,
+                               uint64_t *start, uint64_t *end);
 
 /* Refuses I/O to a file that was deleted, or that is now shorter than end
  * (0: only the deletion check), as t saw it in round arrived or later (see
  * engine.c).  0 or -errno.
  */
 extern int engine_check_file (struct pdio_thread *t, uint64_t arrived,
-                              uint64_t end);
+                              uint64_t size, uint64_t end);
 /* A new round for the file check: t is about to take in events that may
  * carry new requests (thread.c).
  */
@@ -184,8 +205,9 @@ thread_new_round (struct pdio_thread *t)
 /* Whole allocation units inside [offset, end), never past the last whole
  * one of a file (zero.c).
  */
-extern void engine_whole_units (const struct pdio_image *img, uint64_t offset,
-                                uint64_t end, uint64_t *u0, uint64_t *u1);
+extern void engine_whole_units (const struct pdio_image *img, uint64_t size,
+                                uint64_t offset, uint64_t end, uint64_t *u0,
+                                uint64_t *u1);
 
 /* Pool memory for a request's bounce (thread.c).  NULL when short: the
  * request is then queued (thread_wait_bounce) and resumed when memory

@@ -342,8 +342,12 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   if (r < 0)
     goto fail;
 
-  img->direct_end = round_down (img->geo.size, img->geo.offset_align);
-  if (img->direct_end < img->geo.size && !img->readonly) {
+  atomic_init (&img->size, img->geo.size);
+  /* The image's last block is partial when its size is not a multiple of
+   * the alignment; a file can be resized while served (pdio_refresh_size),
+   * so a writable one always has the descriptor for it.
+   */
+  if (!img->readonly && !img->geo.blockdev) {
     img->tail_fd = open (img->file, O_RDWR | O_CLOEXEC);
     if (img->tail_fd == -1) {
       r = -errno;

@@ -144,7 +144,7 @@ lock_then (struct req_state *rs, uint64_t offset, uint64_t count,
 {
   uint64_t start, end;
 
-  engine_write_span (rs->img, offset, count, &start, &end);
+  engine_write_span (rs->img, rs->size, offset, count, &start, &end);
   rs->after_lock = then;
   /* Set before the entry is visible to other threads' releases. */
   rs->lock_waiting = true;
@@ -247,8 +247,8 @@ rw_transfer_done (struct req_state *rs)
      */
     uint64_t want = rs->rw.off + c->next;
 
-    if (want > rs->img->geo.size)
-      want = rs->img->geo.size;
+    if (want > rs->size)
+      want = rs->size;
     if (c->file_off + x->done < want) {
       engine_tell_changed (rs->img, "the image shrank");
       req_finish (rs, -EIO);
@@ -521,6 +521,7 @@ req_write_range (struct req_state *rs, const char *buf, uint64_t off,
    * there is the write then fdatasync (write_written).
    */
   int rw_flags = fua && !img->on_fuse ? RWF_DSYNC : 0;
+  uint64_t direct_end = engine_direct_end (img, rs->size);
 
   rs->wr.buf = buf;
   rs->wr.off = off;
@@ -528,9 +529,8 @@ req_write_range (struct req_state *rs, const char *buf, uint64_t off,
   rs->wr.fua = fua;
   rs->wr.then = then;
   rs->wr.direct = 0;
-  if (off < img->direct_end)
-    rs->wr.direct = count < img->direct_end - off
-      ? count : img->direct_end - off;
+  if (off < direct_end)
+    rs->wr.direct = count < direct_end - off ? count : direct_end - off;
   if (rs->wr.direct)
     rw_run (rs, true, (char *) buf, off, rs->wr.direct, rw_flags,
             write_range_tail);
@@ -589,7 +589,7 @@ flush_synced (struct req_state *rs, int res)
     return;
   }
   /* Durable in a file nobody can reach is not durable. */
-  r = engine_check_file (rs->t, rs->arrived, 0);
+  r = engine_check_file (rs->t, rs->arrived, rs->size, 0);
   req_finish (rs, r == -ENOSPC ? 0 : r);
 }
 
@@ -611,6 +611,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   rs->r = r;
   rs->t = t;
   rs->img = img;
+  rs->size = r->flags & PDIO_SIZED ? r->size : pdio_size (img);
   rs->locked = false;
   rs->lock_waiting = false;
   rs->helper_waiting = false;
@@ -624,7 +625,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
             req_done_ok);
     return;
   }
-  err = pdio_check_range (img, r->op, r->offset, r->count);
+  err = engine_check_range (img, rs->size, r->op, r->offset, r->count);
   if (err) {
     req_finish (rs, err);
     return;
@@ -642,7 +643,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_ZERO:
     if (r->count == 0)
       break;
-    err = engine_check_file (t, rs->arrived, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, rs->size, r->offset + r->count);
     if (err)
       break;
     if (r->op == PDIO_OP_WRITE) {
@@ -659,7 +660,8 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_TRIM: {
     uint64_t u0, u1;
 
-    engine_whole_units (img, r->offset, r->offset + r->count, &u0, &u1);
+    engine_whole_units (img, rs->size, r->offset, r->offset + r->count,
+                        &u0, &u1);
     if (u0 >= u1 && !(r->flags & PDIO_FUA))
       break;
     lock_then (rs, r->offset, r->count ? r->count : 1, trim_locked);
@@ -669,7 +671,7 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_LOCK:
     if (r->count == 0)
       break;
-    err = engine_check_file (t, rs->arrived, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, rs->size, r->offset + r->count);
     if (err)
       break;
     lock_then (rs, r->offset, r->count, lock_held);

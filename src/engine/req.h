@@ -30,6 +30,7 @@ struct req_state {
   struct pdio_req *r;
   struct pdio_thread *t;
   struct pdio_image *img;
+  uint64_t size;                /* the image's size as the request started */
   struct thread_work work;      /* resumes `resume` from poll */
   req_step *resume;
   int err;

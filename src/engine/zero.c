@@ -28,12 +28,13 @@ unsupported (int err)
 }
 
 void
-engine_whole_units (const struct pdio_image *img, uint64_t offset,
-                    uint64_t end, uint64_t *u0, uint64_t *u1)
+engine_whole_units (const struct pdio_image *img, uint64_t size,
+                    uint64_t offset, uint64_t end, uint64_t *u0,
+                    uint64_t *u1)
 {
   uint64_t grain = img->geo.blockdev ? img->geo.offset_align
                                      : img->geo.fs_block;
-  uint64_t limit = round_down (img->geo.size, grain);
+  uint64_t limit = round_down (size, grain);
 
   *u0 = round_up (offset, grain);
   *u1 = round_down (end, grain);
@@ -216,7 +217,8 @@ zero_locked (struct req_state *rs)
 {
   const uint64_t end = rs->r->offset + rs->r->count;
 
-  engine_whole_units (rs->img, rs->r->offset, end, &rs->u0, &rs->u1);
+  engine_whole_units (rs->img, rs->size, rs->r->offset, end, &rs->u0,
+                      &rs->u1);
   if (rs->u0 < rs->u1) {
     rs->zstep = 0;
     zero_fallocate_next (rs);
@@ -283,8 +285,8 @@ trim_locked (struct req_state *rs)
   struct pdio_image *img = rs->img;
   uint64_t u0, u1;
 
-  engine_whole_units (img, rs->r->offset, rs->r->offset + rs->r->count,
-                      &u0, &u1);
+  engine_whole_units (img, rs->size, rs->r->offset,
+                      rs->r->offset + rs->r->count, &u0, &u1);
   if (u0 < u1 && img->geo.blockdev) {
     /* No io_uring opcode for a discard on the kernels we support, and the
      * ioctl waits for the device: on the helper thread.

@@ -2,7 +2,9 @@
  * request (pdio_submit; for BLOCK_STATUS an extents request); it ends in
  * conn_cmd_done, and nbd_cmd_reply turns
  * the result into the reply's bytes.  No socket I/O here: that is the
- * connection's (conn.c).
+ * connection's (conn.c).  Every engine request made for a command carries
+ * the size the command was judged against (cmd->size, PDIO_SIZED), so a
+ * resize never shows one command two sizes.
  *
  * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed, so that what
  * it holds does not grow with its length: its data goes through
@@ -100,8 +102,9 @@ submit_engine (struct nbd_cmd *cmd)
   default: op = PDIO_OP_FLUSH; flags = 0; break;
   }
   cmd->er = (struct pdio_req) {
-    .op = op, .flags = flags, .offset = r->offset, .count = r->count,
-    .buf = cmd->buf, .done = on_engine_done, .arrived = cmd->arrived,
+    .op = op, .flags = flags | PDIO_SIZED, .offset = r->offset,
+    .count = r->count, .buf = cmd->buf, .done = on_engine_done,
+    .arrived = cmd->arrived, .size = cmd->size,
   };
   pdio_submit (cmd->w->t, &cmd->er);
 }
@@ -156,9 +159,9 @@ block_status (struct nbd_cmd *cmd)
     return;
   }
   cmd->er = (struct pdio_req) {
-    .op = PDIO_OP_EXTENTS, .flags = one ? PDIO_REQ_ONE : 0,
+    .op = PDIO_OP_EXTENTS, .flags = (one ? PDIO_REQ_ONE : 0) | PDIO_SIZED,
     .offset = r->offset, .count = r->count, .extent = add_extent,
-    .opaque = cmd, .done = on_extents_done,
+    .opaque = cmd, .done = on_extents_done, .size = cmd->size,
   };
   pdio_submit (cmd->w->t, &cmd->er);
 }
@@ -214,8 +217,9 @@ piece_submit (struct stream_slot *sl, enum pdio_op op, unsigned flags,
   sl->state = SLOT_IO;
   cmd->stream->io++;
   sl->er = (struct pdio_req) {
-    .op = op, .flags = flags, .offset = cmd->nbd.offset + sl->pos,
-    .count = sl->len, .buf = sl->buf, .done = done, .opaque = sl,
+    .op = op, .flags = flags | PDIO_SIZED,
+    .offset = cmd->nbd.offset + sl->pos, .count = sl->len, .buf = sl->buf,
+    .done = done, .opaque = sl, .size = cmd->size,
   };
   pdio_submit (cmd->w->t, &sl->er);
 }
@@ -503,8 +507,8 @@ stream_start (struct nbd_cmd *cmd)
   }
   st->lock_pending = true;
   st->lock = (struct pdio_req) {
-    .op = PDIO_OP_LOCK, .offset = r->offset, .count = r->count,
-    .done = on_locked, .opaque = cmd,
+    .op = PDIO_OP_LOCK, .flags = PDIO_SIZED, .offset = r->offset,
+    .count = r->count, .done = on_locked, .opaque = cmd, .size = cmd->size,
   };
   pdio_submit (cmd->w->t, &st->lock);
 }

@@ -81,6 +81,9 @@ struct nbd_cmd {
   uint32_t error;               /* the NBD error of the reply */
   uint64_t arrived;             /* the worker's round its header came in
                                    (pdio_req.arrived) */
+  uint64_t size;                /* the image size it was judged against:
+                                   every engine request it makes is
+                                   checked against it (PDIO_SIZED) */
   /* The reply on the wire: hdr, then payload. */
   uint8_t hdr[NBD_OFFSET_DATA_HEADER_LEN];
   uint8_t hdr_len;

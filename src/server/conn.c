@@ -131,6 +131,7 @@ struct conn {
 
   struct nbd_handshake *hs;     /* CONN_HANDSHAKE only */
   size_t hs_sent;
+  struct nbd_export export;     /* what the handshake offers */
   struct nbd_session s;
 
   time_t started, rx_progress, tx_progress;
@@ -939,10 +940,18 @@ static void
 start_request (struct conn *c)
 {
   const struct nbd_request *r = &c->pending;
-  struct nbd_verdict v = nbd_check_request (r, &c->s);
-  size_t need = v.error ? 0 : nbd_cmd_buf_len (r);
+  struct nbd_verdict v;
+  size_t need;
   void *buf = NULL;
   struct nbd_cmd *cmd;
+
+  /* The kernel's connections outlive a resize: a request is judged
+   * against the size served now, not the one its handshake offered, and
+   * the engine checks all of it against that same size (cmd->size).
+   */
+  c->s.size = pdio_size (c->w->ctx->img);
+  v = nbd_check_request (r, &c->s);
+  need = v.error ? 0 : nbd_cmd_buf_len (r);
 
   if (r->type == NBD_CMD_DISC && v.error == 0) {
     drain (c);
@@ -973,6 +982,7 @@ start_request (struct conn *c)
   }
   cmd->nbd = *r;
   cmd->arrived = c->pending_round;
+  cmd->size = c->s.size;
   cmd->buf = buf;
   cmd->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
@@ -1234,7 +1244,15 @@ conn_new (struct worker *w, int fd)
   }
   conn_init (c, w, fd);
   c->phase = CONN_HANDSHAKE;
-  nbd_hs_init (c->hs, &w->ctx->export);
+  /* A new connection is offered the image's size as it is now, read
+   * afresh: after the image grows, the next connection sees it, and that
+   * is how pdio resize gets the server to serve the new size (and learns
+   * that it does) without a channel of its own.
+   */
+  c->export = w->ctx->export;
+  if (pdio_refresh_size (w->ctx->img, &c->export.size) < 0)
+    c->export.size = pdio_size (w->ctx->img);
+  nbd_hs_init (c->hs, &c->export);
   worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
               w->id);
   hs_step (c);

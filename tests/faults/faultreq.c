@@ -18,6 +18,10 @@
  *                              the list of faults that fired too
  *   reconnect                  a new connection (the old one closes cleanly,
  *                              unless the server hung up on it)
+ *   reconnect:SIZE             the same, offered SIZE bytes (no more than
+ *                              the image had: pdio serve offers what the
+ *                              image has now); the export is SIZE from then
+ *                              on
  *   simple                     reconnect, and from now on ask for simple
  *                              replies (the kernel client's) instead of
  *                              structured ones
@@ -358,8 +362,8 @@ run (char **f, int n, const char *text)
   }
   else if (strcmp (name, "verify") == 0 && n == 1)
     err = read_check ("verify", 0, t.size);
-  else if ((strcmp (name, "reconnect") == 0 || strcmp (name, "simple") == 0)
-           && n == 1) {
+  else if ((strcmp (name, "reconnect") == 0 && n <= 2) ||
+           (strcmp (name, "simple") == 0 && n == 1)) {
     /* A server may hang up (a read that fails after a simple reply's
      * header went out): then there is nothing to close cleanly.
      */
@@ -369,6 +373,14 @@ run (char **f, int n, const char *text)
       disconnect (t.h);
     if (strcmp (name, "simple") == 0)
       t.simple = true;
+    if (n == 2) {
+      uint64_t size = parse_u64 (f[1], "size");
+
+      if (size > t.size)
+        hard_error ("reconnect:%" PRIu64 ": more than the %" PRIu64
+                    " bytes the shadow holds", size, t.size);
+      t.size = size;
+    }
     connect_now ();
   }
   else

@@ -396,7 +396,7 @@ execute (const uint8_t *data, size_t size, unsigned short_every,
   }
   sim.img.geo.offset_align = sim.img.geo.read_align = curlim.align;
   sim.img.geo.mem_align = curlim.mem_align;
-  sim.img.geo.size = eof;
+  sim.img.geo.size = sim.img.size = eof;
   sim.img.bounce_cap = curlim.bounce_cap;
   sim.disk.align = curlim.align;
   sim.disk.mem_align = curlim.mem_align;

@@ -735,7 +735,7 @@ test_mem_disk (uint32_t align, unsigned eio_every)
     .size = MEM_SIZE, .offset_align = align, .read_align = align,
     .mem_align = 512, .fs_block = align, .blockdev = true,
   };
-  img.direct_end = MEM_SIZE;
+  img.size = MEM_SIZE;
   img.bounce_cap = BOUNCE_CAP;
   img.zero_mem = mmap (NULL, ZERO_LEN + GEOMETRY_PAGE, PROT_READ,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -11,6 +11,9 @@
  * - an image truncated or deleted under it refuses what would grow it back
  *   or be lost, checked once per round of the thread, never with what it
  *   saw before the request came in;
+ * - a resize (pdio_refresh_size) moves the end every request after it is
+ *   checked against, and the end a file check asks for; a request given a
+ *   size (PDIO_SIZED) is judged against that one;
  * - read-only images refuse writes with EPERM;
  * - extents match a known layout of data and holes.
  */
@@ -686,6 +689,97 @@ test_check_rounds (enum pdio_backend backend)
   free (buf);
 }
 
+/* The size served follows the file once pdio_refresh_size says so, and a
+ * request keeps the size it started with (or was given: PDIO_SIZED):
+ * - a write into the space a resize added is not refused by a file check
+ *   the thread made before the file grew;
+ * - if that space is then cut off again behind the engine's back, a write
+ *   there is refused (ENOSPC) and does not grow the file back: the file
+ *   check asks for the end the request's size allows, not the size at
+ *   open;
+ * - a request given a size is judged against it, not the size served: a
+ *   smaller one refuses what the image now has room for, and a larger
+ *   one (a request taken in before a shrink) finds the image shrank (EIO),
+ *   not a bad request (EINVAL).
+ */
+static int
+sized (struct pdio_thread *t, enum pdio_op op, void *buf, uint64_t offset,
+       size_t count, uint64_t size)
+{
+  struct done_flag d = { false, 0 };
+  struct pdio_req r = {
+    .op = op, .flags = PDIO_SIZED, .offset = offset, .count = count,
+    .buf = buf, .done = on_done, .opaque = &d, .size = size,
+  };
+
+  pdio_submit (t, &r);
+  wait_done (t, &d, 1);
+  return d.err;
+}
+
+static void
+test_resized (enum pdio_backend backend)
+{
+  const uint64_t MiB = 1 << 20;
+  char path[4200];
+  struct pdio_image *img;
+  struct pdio_thread *t;
+  struct pdio_req r;
+  struct done_flag d;
+  unsigned char *buf = aligned_alloc (4096, 8192);
+  uint64_t size, round;
+  struct stat st;
+  int err;
+
+  memset (buf, 0x3c, 8192);
+  snprintf (path, sizeof path, "%s/resized.img", dir);
+  make_file (path, MiB, false);
+  img = open_image (path, backend, 0, false);
+  t = new_thread (img);
+
+  /* A check made at 1 MiB, then the image grows to 2 MiB. */
+  CHECK (pdio_write (t, buf, 4096, 0, 0) == 0, "write");
+  round = pdio_thread_round (t);
+  CHECK (truncate (path, 2 * MiB) == 0, "truncate: %m");
+  CHECK (pdio_refresh_size (img, &size) == 0 && size == 2 * MiB &&
+         pdio_size (img) == 2 * MiB, "refresh: size %" PRIu64, size);
+  submit_write (t, &r, &d, buf, MiB + MiB / 2, round);
+  wait_done (t, &d, 1);
+  CHECK (d.err == 0, "a write into the grown space, with a check of before "
+         "the growth to reuse: %d", d.err);
+
+  /* The grown space cut off behind the engine's back. */
+  CHECK (truncate (path, MiB) == 0, "truncate: %m");
+  err = pdio_write (t, buf, 4096, MiB + MiB / 2, 0);
+  CHECK (err == -ENOSPC, "a write past the file's end, inside the size "
+         "served: %d, want ENOSPC", err);
+  CHECK (stat (path, &st) == 0 && st.st_size == (off_t) MiB,
+         "the file grew back to %jd", (intmax_t) st.st_size);
+
+  /* Given a size, a request is judged against it. */
+  CHECK (truncate (path, 2 * MiB) == 0, "truncate: %m");
+  err = sized (t, PDIO_OP_WRITE, buf, MiB + MiB / 2, 4096, MiB);
+  CHECK (err == -ENOSPC, "a write past the size it was given: %d, want "
+         "ENOSPC", err);
+  err = sized (t, PDIO_OP_READ, buf, MiB + MiB / 2, 4096, MiB);
+  CHECK (err == -EINVAL, "a read past the size it was given: %d, want "
+         "EINVAL", err);
+  CHECK (sized (t, PDIO_OP_WRITE, buf, MiB - 4096, 4096, MiB) == 0,
+         "a write inside the size it was given");
+  CHECK (truncate (path, MiB) == 0, "truncate: %m");
+  CHECK (pdio_refresh_size (img, &size) == 0 && size == MiB,
+         "refresh: size %" PRIu64, size);
+  err = sized (t, PDIO_OP_READ, buf, MiB - 4096, 8192, 2 * MiB);
+  CHECK (err == -EIO, "a read taken in before a shrink, past the new end: "
+         "%d, want EIO", err);
+  CHECK (pdio_read (t, buf, 4096, MiB - 4096) == 0, "read inside");
+
+  pdio_thread_free (t);
+  pdio_close (img);
+  unlink (path);
+  free (buf);
+}
+
 struct extent_list {
   uint64_t off[64], len[64];
   bool hole[64];
@@ -819,6 +913,8 @@ main (int argc, char *argv[])
   test_changed_under_us ();
   test_check_rounds (PDIO_BACKEND_URING);
   test_check_rounds (PDIO_BACKEND_PSYNC);
+  test_resized (PDIO_BACKEND_URING);
+  test_resized (PDIO_BACKEND_PSYNC);
   test_readonly ();
   test_extents ();
   /* Under valgrind: psync only (valgrind cannot see the kernel write

@@ -159,7 +159,7 @@ sim_init (struct sim *sim, const struct geom *g)
   memset (sim, 0, sizeof *sim);
   sim->img.geo.offset_align = sim->img.geo.read_align = g->align;
   sim->img.geo.mem_align = g->mem_align;
-  sim->img.geo.size = DISK_SIZE;
+  sim->img.geo.size = sim->img.size = DISK_SIZE;
   sim->img.bounce_cap = g->cap;
   sim->disk.data = malloc (DISK_SIZE);
   sim->ref = malloc (DISK_SIZE);
@@ -213,8 +213,10 @@ sim_run (struct sim *sim, bool write, uint64_t offset, size_t count,
   memset (sim->user_area, 0x3c, GUARD + page_off + count + GUARD);
   memset (sim->t->pool.mem, CANARY, sim->t->pool.size);
   sim->disk.size = eof;
-  sim->img.geo.size = eof;      /* an image that ends there, not one that
-                                   shrank (which must be an error) */
+  /* An image that ends there, not one that shrank (which must be an
+   * error).
+   */
+  sim->img.geo.size = sim->img.size = eof;
 
   if (write) {
     memcpy (buf, sim->pool + unit_rand (&sim->seed) % DISK_SIZE, count);

@@ -20,6 +20,16 @@
  *   no-udev-settle        attach --autoclear does not wait for udev
  *   no-umount-helper      mount.pdio does not mark its mounts helper=pdio
  *   fail-after-connect    attach fails once the device is connected
+ *   no-backend            attach gives the kernel no backend identifier
+ *   backend-mismatch      resize's reconfigure names another image
+ *   resize-no-reconfigure resize does not tell the kernel the new size
+ *   resize-no-shrink-check  resize shrinks a device in use
+ *   resize-no-restart     resize does not restart an nbdkit server
+ *   no-identity-check     the supervisor serves whatever file the image's
+ *                         path names now
+ *   supervisor-stale-size the supervisor keeps the record it started with
+ *                         (so a restart after a resize writes back the
+ *                         size of the attach)
  *   attach-no-lock        attach takes no claim on the image: concurrent
  *                         attaches of one image are not told the winner
  *   no-destroy-flag       devices made on demand are not destroyed on

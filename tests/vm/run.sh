@@ -16,7 +16,7 @@
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
 #                       align4096,sector4k,reference,cli,recover,
-#                       nbdkit_recover,handover,crash,mount,partitions,ondemand, and native-ext4, native-xfs, native-fio,
+#                       nbdkit_recover,handover,crash,mount,partitions,resize,ondemand, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server), and systemd (the guest execs
 #                       systemd as init, so it always runs last)
@@ -48,7 +48,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -88,7 +88,7 @@ done
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|handover|mount|partitions) ;;
-    ondemand) ;;
+    resize|ondemand) ;;
     crash) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     systemd) ;;
@@ -209,7 +209,7 @@ fetch_kernel() {
 # Programs the guest runs, from this machine (busybox covers the rest).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  dmsetup"
+  resize2fs xfs_growfs dmsetup"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
