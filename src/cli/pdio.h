@@ -172,6 +172,10 @@ extern bool nbd_backend (int idx, char *buf, size_t len);
  * be written.
  */
 extern bool nbd_set_io_timeout (int idx, unsigned ms);
+/* /sys/block/nbdN/inflight: the device has requests in flight (true too
+ * if that cannot be read: the caller then errs on the side of looking).
+ */
+extern bool nbd_in_flight (int idx);
 /* Non-zero if the device or a partition of it is mounted or held (by
  * device-mapper, md...): what describes where, in buf.
  */
@@ -501,8 +505,9 @@ extern int serve_native (const struct native_serve *o);
 
 /* --- watchdog.c: does a live server still answer? ------------------------ */
 /* A probe (one block read at offset 0 on the supervisor's own connection)
- * every WATCHDOG_PROBE_MS; a server that owes an answer, to a probe or to
- * a connection attempt, for WATCHDOG_HUNG_MS is hung.  Far beyond a slow
+ * every WATCHDOG_PROBE_MS while the device has requests in flight; a
+ * server that owes an answer, to a probe or to a connection attempt, for
+ * WATCHDOG_HUNG_MS is hung.  Far beyond a slow
  * disk's seconds (the guest's slow-storage test delays I/O by 3 s), well
  * within the kernel's dead-connection timeout.
  */
@@ -530,8 +535,11 @@ extern void watchdog_attach (struct watchdog *w, int fd, uint32_t len,
  * since then (unless it owed one already).
  */
 extern void watchdog_unreachable (struct watchdog *w, long asked);
-/* Reads any answer, sends a probe when one is due, and judges. */
-extern enum watchdog_verdict watchdog_run (struct watchdog *w, long now);
+/* Reads any answer, sends a probe when one is due and the device is busy
+ * (has requests in flight), and judges.
+ */
+extern enum watchdog_verdict watchdog_run (struct watchdog *w, long now,
+                                           bool busy);
 /* How long the caller may sleep before watchdog_run has work. */
 extern long watchdog_wait_ms (const struct watchdog *w, long now);
 /* How long an answer has been owed (0: none is). */

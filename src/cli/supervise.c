@@ -436,7 +436,8 @@ watch (struct sup *s)
     else
       watchdog_unreachable (&s->wd, now);
   }
-  if (watchdog_run (&s->wd, now_ms ()) == WATCHDOG_HUNG)
+  if (watchdog_run (&s->wd, now_ms (), nbd_in_flight (s->idx)) ==
+      WATCHDOG_HUNG)
     server_hung (s);
 }
 

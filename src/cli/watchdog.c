@@ -6,11 +6,14 @@
  * request's timer expires and waits on.  A server that stops answering
  * (SIGSTOP, an event loop that blocks, a disk that never completes) would
  * hang the device for good.  So the supervisor keeps one NBD connection of
- * its own to the server and reads one block through it every
- * WATCHDOG_PROBE_MS: the path the kernel's requests take (socket, worker,
- * engine, the image with O_DIRECT).  A server that leaves a probe, or a
- * connection attempt, unanswered for WATCHDOG_HUNG_MS is hung: the
- * supervisor kills it and restarts it as if it had died.
+ * its own to the server and, while the device has requests in flight,
+ * reads one block through it every WATCHDOG_PROBE_MS: the path the
+ * kernel's requests take (socket, worker, engine, the image with
+ * O_DIRECT).  A server that leaves a probe, or a connection attempt,
+ * unanswered for WATCHDOG_HUNG_MS is hung: the supervisor kills it and
+ * restarts it as if it had died.  An idle device is not probed: nobody
+ * waits on its server, and the server gives its idle buffers back
+ * (src/server/worker.c) only when no request comes for a few seconds.
  *
  * Nothing here reads the clock: the caller passes the time, so
  * tests/unit/test_watchdog drives the decisions with a clock of its own.
@@ -152,15 +155,19 @@ send_probe (struct watchdog *w, long now)
 }
 
 enum watchdog_verdict
-watchdog_run (struct watchdog *w, long now)
+watchdog_run (struct watchdog *w, long now, bool busy)
 {
   if (w->fd >= 0 && w->sent && read_reply (w, now)) {
     w->sent = false;
     w->owed_since = -1;
     w->due = now + WATCHDOG_PROBE_MS;
   }
-  if (w->fd >= 0 && !w->sent && now >= w->due)
-    send_probe (w, now);
+  if (w->fd >= 0 && !w->sent && now >= w->due) {
+    if (busy)
+      send_probe (w, now);
+    else
+      w->due = now + WATCHDOG_PROBE_MS;         /* look again then */
+  }
   if (w->owed_since >= 0 && now - w->owed_since >= WATCHDOG_HUNG_MS)
     return WATCHDOG_HUNG;
   return WATCHDOG_OK;

@@ -88,7 +88,7 @@ main (void)
   watchdog_init (&w);
   pair (sv);
   watchdog_attach (&w, sv[0], BLOCK, t);
-  CHECK (watchdog_run (&w, t) == WATCHDOG_OK, "fresh connection");
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK, "fresh connection");
   CHECK (read_probe (sv[1], &cookie), "a probe at once");
   prev = cookie;
   for (int i = 0; i < 20; i++) {
@@ -96,47 +96,72 @@ main (void)
     long slow = i % 2 ? WATCHDOG_HUNG_MS - 1 : 10;
 
     t += slow / 2;
-    CHECK (watchdog_run (&w, t) == WATCHDOG_OK, "probe %d owed %ld ms", i,
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK, "probe %d owed %ld ms", i,
            slow / 2);
     CHECK (!read_probe (sv[1], &cookie), "no second probe while one is owed");
     answer (sv[1], prev, 0, BLOCK / 2);
-    CHECK (watchdog_run (&w, t) == WATCHDOG_OK, "half an answer");
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK, "half an answer");
     t += slow - slow / 2;
     CHECK (watchdog_owed_ms (&w, t) == slow, "owed %ld ms, not %ld",
            watchdog_owed_ms (&w, t), slow);
     CHECK (write (sv[1], (char[BLOCK]) { 0 }, BLOCK / 2) == BLOCK / 2,
            "the rest");
-    CHECK (watchdog_run (&w, t) == WATCHDOG_OK, "probe %d answered", i);
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK, "probe %d answered", i);
     CHECK (watchdog_owed_ms (&w, t) == 0, "nothing owed once answered");
     CHECK (!read_probe (sv[1], &cookie), "the next probe waits");
     CHECK (watchdog_wait_ms (&w, t) == WATCHDOG_PROBE_MS,
            "sleep until the next probe (%ld)", watchdog_wait_ms (&w, t));
     t += WATCHDOG_PROBE_MS - 1;
-    CHECK (watchdog_run (&w, t) == WATCHDOG_OK && !read_probe (sv[1], &cookie),
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK && !read_probe (sv[1], &cookie),
            "not before WATCHDOG_PROBE_MS");
     t += 1;
-    CHECK (watchdog_run (&w, t) == WATCHDOG_OK, "probe due");
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK, "probe due");
     CHECK (read_probe (sv[1], &cookie), "probe %d sent on time", i + 1);
     CHECK (cookie != prev, "each probe its own cookie");
     prev = cookie;
   }
 
+  /* An idle device (no request in flight) is not probed: no probe goes
+   * out, however long, and the caller is not woken more than once per
+   * WATCHDOG_PROBE_MS for it; once busy again, the next look probes.
+   * A probe already out is still judged.
+   */
+  answer (sv[1], prev, 0, BLOCK);
+  CHECK (watchdog_run (&w, t, false) == WATCHDOG_OK, "answered, idle");
+  for (int i = 0; i < 3 * WATCHDOG_HUNG_MS / 500; i++) {
+    t += 500;
+    CHECK (watchdog_run (&w, t, false) == WATCHDOG_OK, "idle is never hung");
+    CHECK (!read_probe (sv[1], &cookie), "no probe while idle (%d)", i);
+    CHECK (watchdog_wait_ms (&w, t) > 0, "no busy loop while idle");
+  }
+  t += WATCHDOG_PROBE_MS;
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK, "busy again");
+  CHECK (read_probe (sv[1], &cookie), "probed once busy");
+  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, false) == WATCHDOG_HUNG,
+         "a probe sent while busy is judged even once idle");
+  answer (sv[1], cookie, 0, BLOCK);
+  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, false) == WATCHDOG_OK,
+         "answered after all");
+  t += WATCHDOG_HUNG_MS + WATCHDOG_PROBE_MS;
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK && read_probe (sv[1], &prev),
+         "probe");
+
   /* An error answer is an answer: alive. */
   answer (sv[1], prev, 5 /* NBD_EIO */, 0);
   t += 100;
-  CHECK (watchdog_run (&w, t) == WATCHDOG_OK && watchdog_owed_ms (&w, t) == 0,
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK && watchdog_owed_ms (&w, t) == 0,
          "an error reply counts as an answer");
 
   /* A server that stops answering: hung exactly at WATCHDOG_HUNG_MS. */
   t += WATCHDOG_PROBE_MS;
-  CHECK (watchdog_run (&w, t) == WATCHDOG_OK && read_probe (sv[1], &cookie),
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK && read_probe (sv[1], &cookie),
          "probe");
   for (long d = 0; d < WATCHDOG_HUNG_MS; d += 250)
-    CHECK (watchdog_run (&w, t + d) == WATCHDOG_OK, "owed %ld ms: not yet",
+    CHECK (watchdog_run (&w, t + d, true) == WATCHDOG_OK, "owed %ld ms: not yet",
            d);
   CHECK (watchdog_wait_ms (&w, t + WATCHDOG_HUNG_MS - 300) == 300,
          "wakes up for the verdict");
-  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS) == WATCHDOG_HUNG,
+  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, true) == WATCHDOG_HUNG,
          "owed WATCHDOG_HUNG_MS: hung");
   /* ... and an answer after that is no longer awaited: forget clears. */
   watchdog_forget (&w);
@@ -148,20 +173,20 @@ main (void)
    */
   pair (sv);
   watchdog_attach (&w, sv[0], BLOCK, t);
-  CHECK (watchdog_run (&w, t) == WATCHDOG_OK && read_probe (sv[1], &cookie),
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK && read_probe (sv[1], &cookie),
          "probe");
   answer (sv[1], cookie + 1, 0, BLOCK);
-  CHECK (watchdog_run (&w, t + 1) == WATCHDOG_OK, "wrong cookie");
+  CHECK (watchdog_run (&w, t + 1, true) == WATCHDOG_OK, "wrong cookie");
   CHECK (w.fd == -1, "wrong cookie drops the connection");
   close (sv[1]);
 
   /* A server that hangs up (dies): connection dropped, nothing owed. */
   pair (sv);
   watchdog_attach (&w, sv[0], BLOCK, t);
-  CHECK (watchdog_run (&w, t) == WATCHDOG_OK && read_probe (sv[1], &cookie),
+  CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK && read_probe (sv[1], &cookie),
          "probe");
   close (sv[1]);
-  CHECK (watchdog_run (&w, t + 1) == WATCHDOG_OK && w.fd == -1,
+  CHECK (watchdog_run (&w, t + 1, true) == WATCHDOG_OK && w.fd == -1,
          "EOF drops the connection");
 
   /* A server that cannot be reached (its handshake timed out): owed since
@@ -169,19 +194,19 @@ main (void)
    */
   watchdog_forget (&w);
   watchdog_unreachable (&w, t);
-  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS - 1) == WATCHDOG_OK,
+  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS - 1, true) == WATCHDOG_OK,
          "unreachable, not yet hung");
   watchdog_unreachable (&w, t + 5000);
   CHECK (watchdog_owed_ms (&w, t + WATCHDOG_HUNG_MS) == WATCHDOG_HUNG_MS,
          "owed since the first failed attempt, not the last");
-  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS) == WATCHDOG_HUNG,
+  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, true) == WATCHDOG_HUNG,
          "unreachable for WATCHDOG_HUNG_MS: hung");
   watchdog_forget (&w);
   watchdog_unreachable (&w, t);
   pair (sv);
   watchdog_attach (&w, sv[0], BLOCK, t + 3000);
   CHECK (watchdog_owed_ms (&w, t + 3000) == 0, "reached: owes nothing");
-  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS) == WATCHDOG_OK, "alive");
+  CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, true) == WATCHDOG_OK, "alive");
 
   /* Closing with a probe outstanding waits for its answer (nbdkit 1.32.5
    * aborts on a hang-up with a reply queued), then says NBD_CMD_DISC.
