@@ -39,9 +39,11 @@ SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
-# umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone).
+# umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone),
+# and so is watchdog.c (tests/unit/test_watchdog).
 CLI_JSON_C = %reldir%/cli/json.c
-CLI_C = $(CLI_JSON_C) \
+CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
+CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \

@@ -36,12 +36,14 @@
  * to get its device (to name it): a server start's own limit, and some.
  */
 #define CLAIM_WAIT_MS 60000
+/* No --timeout: the one for the number of connections (pdio.h). */
+#define TIMEOUT_UNSET ((unsigned long) -1)
 
 struct attach_opts {
   bool readonly;
   unsigned long connections;    /* 0: the default */
   unsigned long block_size;     /* 0: the image's direct-I/O alignment */
-  unsigned long timeout;
+  unsigned long timeout;        /* TIMEOUT_UNSET: the default */
   unsigned long dead_timeout;
   bool autoclear;
   const char *device;
@@ -76,9 +78,14 @@ usage (FILE *fp)
 "                         the number of CPUs)\n"
 "  -b, --block-size B     raise the block size above the image's\n"
 "                         direct-I/O alignment (a power of two, %d..%d)\n"
-"  -t, --timeout S        kernel request timeout in seconds (default %d);\n"
-"                         requests in flight when a server dies are resent\n"
-"                         after it\n"
+"  -t, --timeout S        kernel request timeout in seconds, 0..86400:\n"
+"                         with several connections a request that takes\n"
+"                         longer is resent on another one, its own\n"
+"                         dropped (default %d); with one, 0 (the default)\n"
+"                         never drops it: requests in flight when a\n"
+"                         server dies are resent 1-2 s after the new one\n"
+"                         is up, and the supervisor replaces a server that\n"
+"                         stops answering for %d s\n"
 "      --dead-timeout S   how long the device waits for a new server before\n"
 "                         failing requests (default %d)\n"
 "      --autoclear        detach when the last user closes the device\n"
@@ -89,7 +96,8 @@ usage (FILE *fp)
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
 "                         or pdio)\n",
            MAX_CONNECTIONS, DEFAULT_CONNECTIONS, MIN_BLOCK_SIZE,
-           MAX_BLOCK_SIZE, DEFAULT_TIMEOUT, DEFAULT_DEAD_TIMEOUT);
+           MAX_BLOCK_SIZE, DEFAULT_MULTI_TIMEOUT, WATCHDOG_HUNG_MS / 1000,
+           DEFAULT_DEAD_TIMEOUT);
 }
 
 static int
@@ -110,7 +118,7 @@ parse (int argc, char **argv, struct attach_opts *o)
   };
   int c;
 
-  *o = (struct attach_opts) { .timeout = DEFAULT_TIMEOUT,
+  *o = (struct attach_opts) { .timeout = TIMEOUT_UNSET,
                               .dead_timeout = DEFAULT_DEAD_TIMEOUT };
   while ((c = getopt_long (argc, argv, "+rC:b:t:d:h", longopts, NULL)) != -1)
     switch (c) {
@@ -132,8 +140,8 @@ parse (int argc, char **argv, struct attach_opts *o)
       }
       break;
     case 't':
-      if (!parse_uint (optarg, 1, 86400, &o->timeout)) {
-        errorf (CMD ": --timeout %s: must be a number of seconds from 1 to "
+      if (!parse_uint (optarg, 0, 86400, &o->timeout)) {
+        errorf (CMD ": --timeout %s: must be a number of seconds from 0 to "
                 "86400", optarg);
         return EXIT_USAGE;
       }
@@ -291,6 +299,8 @@ undo (struct attach *a)
 }
 
 static unsigned default_connections (void);
+static unsigned request_timeout (const struct attach_opts *o,
+                                 unsigned connections);
 
 /* The server as a daemon (daemon.c), until it answers on its socket. */
 static bool
@@ -355,10 +365,30 @@ static unsigned
 default_connections (void)
 {
   long cpus = sysconf (_SC_NPROCESSORS_ONLN);
+  long want = DEFAULT_CONNECTIONS;
 
+  /* What pdio did before one connection and timeout 0 were the default. */
+  if (test_break ("kernel-timeout-default"))
+    want = 4;
   if (cpus < 1)
     cpus = 1;
-  return cpus < DEFAULT_CONNECTIONS ? cpus : DEFAULT_CONNECTIONS;
+  return cpus < want ? cpus : want;
+}
+
+/* The kernel's request timeout: --timeout, else the one that suits the
+ * number of connections (pdio.h).
+ */
+static unsigned
+request_timeout (const struct attach_opts *o, unsigned connections)
+{
+  if (test_break ("kernel-timeout-default"))
+    return o->timeout != TIMEOUT_UNSET ? o->timeout : 15;
+  /* The short requeue timer as a timeout that drops the connection. */
+  if (test_break ("kernel-timeout-nonzero"))
+    return 1;
+  if (o->timeout != TIMEOUT_UNSET)
+    return o->timeout;
+  return connections == 1 ? DEFAULT_TIMEOUT : DEFAULT_MULTI_TIMEOUT;
 }
 
 /* The kernel gave us the number of an attachment that is gone (its
@@ -517,7 +547,7 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
            "one connection");
     a->rec.connections = 1;
   }
-  a->rec.timeout = o->timeout;
+  a->rec.timeout = request_timeout (o, a->rec.connections);
   a->rec.dead_timeout = o->dead_timeout;
   a->rec.autoclear = o->autoclear;
   a->rec.supervisor_pid = getpid ();

@@ -119,6 +119,15 @@ device_connect (struct record *r, char *why, size_t len)
     }
     msleep (50);
   }
+  /* Timeout 0 on one connection: the requests of a dead connection are
+   * resent at their timer's first expiry after the hand-over (pdio.h,
+   * DEFAULT_TIMEOUT).  The kernel left the timer at 30 s.
+   */
+  if (r->timeout == 0 && r->connections == 1 &&
+      !nbd_set_io_timeout (idx, REQUEUE_MS))
+    warnf ("pdio: warning: %s: cannot set queue/io_timeout to %u ms (%m): "
+           "requests in flight when its server dies wait 30 s", r->device,
+           REQUEUE_MS);
   return true;
 }
 

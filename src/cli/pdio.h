@@ -31,20 +31,39 @@ enum {
 
 /* Defaults, each with its reason in pdio(1).
  *
- * Connections: the kernel nbd driver gives each connection its own blk-mq
- * hardware queue and maps CPUs onto queues, so more connections than CPUs
- * are never used; up to 4 lets parallel I/O (writeback, several readers)
- * proceed without queueing behind one socket.  Capped at the CPU count.
+ * Connections: one.  Linux 6.1's nbd driver treats a request that
+ * outlives its timer differently with one connection and with several
+ * (nbd_xmit_timeout): with several it always resends the request on
+ * another connection and drops the one it was on, whatever the request
+ * timeout, so slow I/O on a live server tears connections down; with one
+ * and a request timeout of 0 it resends only requests whose connection
+ * was replaced, and leaves a live one alone.  Only the latter lets a
+ * crash cost just the restart (REQUEUE_MS) while a slow disk costs
+ * nothing.  -C N (multi-conn, one blk-mq hardware queue per connection,
+ * capped at the CPU count) remains for those who want the parallelism.
  */
-#define DEFAULT_CONNECTIONS 4
+#define DEFAULT_CONNECTIONS 1
 #define MAX_CONNECTIONS 16
-/* Kernel request timeout.  Linux 6.1's nbd driver resends the requests
- * that were in flight on a dead connection only when this expires, so it
- * is the pause a server restart costs them; a request that trips it on a
- * live server costs a resend on a fresh connection, not an error.  15 s
- * is half the SCSI disk default: far beyond a healthy request's latency.
+/* Kernel request timeout (NBD_ATTR_TIMEOUT) with one connection: 0, "never
+ * give up on a live connection".  A hung server is then the supervisor's
+ * to notice (watchdog.c), and the requests that were in flight on a dead
+ * connection are resent at the first expiry of their timer after the
+ * supervisor has handed the device a new one (the connection's cookie
+ * changed): that timer is /sys/block/nbdN/queue/io_timeout, which pdio
+ * sets to REQUEUE_MS.  The block layer rounds expiries up to whole
+ * seconds, so requests wait 1-2 s past the hand-over at most.  Each
+ * expiry on a live connection logs one "Possible stuck request" line
+ * (dev_info, not rate-limited): a request slower than REQUEUE_MS costs
+ * one line per second it takes, nothing more.
  */
-#define DEFAULT_TIMEOUT 15
+#define DEFAULT_TIMEOUT 0
+#define REQUEUE_MS 1000
+/* With several connections (-C N > 1) a request's expiry drops its
+ * connection whatever the timeout (see above): 15 s, half the SCSI disk
+ * default, is far beyond a healthy request's latency, and is the longest
+ * pause a crash costs such a device.
+ */
+#define DEFAULT_MULTI_TIMEOUT 15
 /* Dead-connection timeout: how long the kernel holds requests while a
  * device has no live connection, waiting for the supervisor to hand it
  * new ones.  Long enough for a restart that has to wait for the dead
@@ -154,6 +173,15 @@ extern int nbd_nbds_max (void);
  * identifier it was connected with, into buf; false if none.
  */
 extern bool nbd_backend (int idx, char *buf, size_t len);
+/* /sys/block/nbdN/queue/io_timeout: the block layer's timer of the
+ * requests that start from now on, in ms.  false (errno set) if it cannot
+ * be written.
+ */
+extern bool nbd_set_io_timeout (int idx, unsigned ms);
+/* /sys/block/nbdN/inflight: the device has requests in flight (true too
+ * if that cannot be read: the caller then errs on the side of looking).
+ */
+extern bool nbd_in_flight (int idx);
 /* Non-zero if the device or a partition of it is mounted or held (by
  * device-mapper, md...): what describes where, in buf.
  */
@@ -491,6 +519,52 @@ struct native_serve {
 };
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);
+
+/* --- watchdog.c: does a live server still answer? ------------------------ */
+/* A probe (one block read at offset 0 on the supervisor's own connection)
+ * every WATCHDOG_PROBE_MS while the device has requests in flight; a
+ * server that owes an answer, to a probe or to a connection attempt, for
+ * WATCHDOG_HUNG_MS is hung.  Far beyond a slow
+ * disk's seconds (the guest's slow-storage test delays I/O by 3 s), well
+ * within the kernel's dead-connection timeout.
+ */
+#define WATCHDOG_PROBE_MS 1000
+#define WATCHDOG_HUNG_MS 10000
+struct watchdog {
+  int fd;                       /* the probe connection, or -1 */
+  uint32_t len;                 /* bytes a probe reads */
+  uint64_t cookie;              /* of the last probe sent */
+  bool sent;                    /* a probe awaits its answer */
+  size_t got;                   /* bytes of its reply read */
+  long due;                     /* when the next probe goes out (ms) */
+  long owed_since;              /* since when an answer is owed, or -1 */
+  uint8_t reply[16 + MAX_BLOCK_SIZE];   /* simple reply + one block */
+};
+enum watchdog_verdict { WATCHDOG_OK, WATCHDOG_HUNG };
+/* Times are CLOCK_MONOTONIC milliseconds, passed in. */
+extern void watchdog_init (struct watchdog *w);
+/* fd: a connection in the transmission phase (nbd_handshake); a probe
+ * reads len bytes (the device's block size).
+ */
+extern void watchdog_attach (struct watchdog *w, int fd, uint32_t len,
+                             long now);
+/* A connection attempt begun at asked failed: the server owes an answer
+ * since then (unless it owed one already).
+ */
+extern void watchdog_unreachable (struct watchdog *w, long asked);
+/* Reads any answer, sends a probe when one is due and the device is busy
+ * (has requests in flight), and judges.
+ */
+extern enum watchdog_verdict watchdog_run (struct watchdog *w, long now,
+                                           bool busy);
+/* How long the caller may sleep before watchdog_run has work. */
+extern long watchdog_wait_ms (const struct watchdog *w, long now);
+/* How long an answer has been owed (0: none is). */
+extern long watchdog_owed_ms (const struct watchdog *w, long now);
+/* Hangs up politely (waits up to 1 s for an outstanding answer). */
+extern void watchdog_close (struct watchdog *w);
+/* The server is dead: drop the connection and what it owed. */
+extern void watchdog_forget (struct watchdog *w);
 
 /* --- supervise.c: the supervisor of a device ----------------------------- */
 /* Runs in attach's child once the device is connected: writes a byte on

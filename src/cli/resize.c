@@ -10,8 +10,9 @@
  *     is both how it learns and how this learns that it did; nbdkit reads
  *     the size only when a connection opens and checks the kernel's old
  *     connections against their old size, so it is restarted (pdio
- *     restart's path: the kernel resends what was in flight when its
- *     request timeout expires);
+ *     restart's path: the kernel resends what was in flight at its
+ *     timer's next expiry, 1-2 s with the defaults, or when a request
+ *     timeout above 0 expires);
  *   - the kernel: NBD_CMD_RECONFIGURE with the size (and the image's
  *     identity, which it insists on), then a uevent, after which resize2fs
  *     or xfs_growfs can grow a mounted filesystem.
@@ -52,7 +53,8 @@ usage (FILE *fp)
 "  -f, --force       shrink even so\n"
 "\n"
 "With --nbdkit attachments the server is restarted to serve the new size\n"
-"(requests in flight wait up to the request timeout).\n");
+"(requests in flight wait 1-2 s with the defaults, up to --timeout if it\n"
+"was set above 0).\n");
 }
 
 /* The image's size now: a file's length or a block device's size. */

@@ -19,6 +19,11 @@
  * either way it gives up, records why, and the kernel fails requests once
  * the dead-connection timeout has passed.
  *
+ * A server that lives but stops answering (SIGSTOP, a disk that never
+ * completes) is the watchdog's (watchdog.c): with one connection the
+ * kernel's request timeout is 0 and the kernel would wait on it forever.
+ * The supervisor kills it and restarts it as if it had died.
+ *
  * If the supervisor dies, the device keeps working (nothing it holds is
  * on the data path) and pdio detach still cleans up from the record.
  * It holds the image's claim (claim.c) for the device's life.  When the
@@ -67,6 +72,9 @@ struct sup {
   struct nl_sock *ev;
   int claim;                    /* the image's claim, or -1 */
   bool restart_requested;
+  struct watchdog wd;
+  long hung_ms;                 /* the server was killed as hung after
+                                   owing an answer this long, or 0 */
   char requested_how[PATH_MAX + 256]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
@@ -326,9 +334,12 @@ server_died (struct sup *s, int status)
 
   describe_status (status, how, sizeof how);
   say ("server pid %d %s", (int) s->rec.server_pid, how);
+  watchdog_forget (&s->wd);
   s->rec.restarts++;
   if (s->restart_requested)
     set_reason (s, "pdio restart%s", s->requested_how);
+  else if (s->hung_ms)
+    set_reason (s, "server hung: no answer for %ld s", s->hung_ms / 1000);
   else if (log_has (s->log, "raw_send_socket: Assertion"))
     /* Debian 12's nbdkit 1.32.5, when a client hangs up with replies
      * queued (fixed upstream in 1.33.10).
@@ -337,6 +348,7 @@ server_died (struct sup *s, int status)
   else
     set_reason (s, "server %s", how);
   s->restart_requested = false;
+  s->hung_ms = 0;
   s->rec.server_pid = 0;
   save (s);
   if (test_break ("no-restart"))
@@ -381,6 +393,54 @@ link_dead (struct sup *s)
   kill (s->rec.server_pid, SIGKILL);
 }
 
+/* The server has owed the watchdog an answer for WATCHDOG_HUNG_MS: kill
+ * it (SIGKILL works on a stopped process too); server_died restarts it
+ * and records why.
+ */
+static void
+server_hung (struct sup *s)
+{
+  s->hung_ms = watchdog_owed_ms (&s->wd, now_ms ());
+  say ("server pid %d has not answered for %ld ms: killing it to restart "
+       "it", (int) s->rec.server_pid, s->hung_ms);
+  watchdog_forget (&s->wd);
+  kill (s->rec.server_pid, SIGKILL);
+}
+
+/* The watchdog's turn: a connection of its own when it has none and a
+ * probe is due, then its probe and verdict.  A handshake with a server
+ * that accepts and says nothing takes up to negotiate.c's 10 s: it then
+ * counts as an answer owed since the attempt began.
+ */
+static bool
+watching (const struct sup *s)
+{
+  return !s->rec.gave_up && s->rec.server_pid > 0 && !s->hung_ms &&
+    !test_break ("no-watchdog");
+}
+
+static void
+watch (struct sup *s)
+{
+  long now = now_ms ();
+
+  if (!watching (s))
+    return;
+  if (s->wd.fd < 0 && now >= s->wd.due) {
+    struct nbd_offer o;
+    char why[PATH_MAX + 64];
+    int fd = nbd_handshake (s->rec.socket, &o, why, sizeof why);
+
+    if (fd >= 0)
+      watchdog_attach (&s->wd, fd, s->rec.block_size, now_ms ());
+    else
+      watchdog_unreachable (&s->wd, now);
+  }
+  if (watchdog_run (&s->wd, now_ms (), nbd_in_flight (s->idx)) ==
+      WATCHDOG_HUNG)
+    server_hung (s);
+}
+
 /* The device is gone (autoclear, or disconnected by other means): so is
  * the reason to serve it.  Its number may already be another
  * attachment's: the device's files are removed only while the record is
@@ -396,6 +456,7 @@ device_gone (struct sup *s, unsigned lock_ms)
 
   say ("%s is no longer connected: stopping server pid %d and exiting",
        s->rec.device, (int) s->rec.server_pid);
+  watchdog_close (&s->wd);
   if (s->rec.server_pid > 0) {
     server_stop (s->rec.server_pid);
     waitpid (s->rec.server_pid, NULL, WNOHANG);
@@ -579,6 +640,7 @@ supervise (const struct record *r, const struct server_opts *so,
 
   s.rec = *r;
   s.idx = nbd_index (r->device);
+  watchdog_init (&s.wd);
   s.claim = claim;
   state_path (r->name, "pid", s.pidfile, sizeof s.pidfile);
   state_path (r->name, "log", s.log, sizeof s.log);
@@ -624,12 +686,14 @@ supervise (const struct record *r, const struct server_opts *so,
     reap (&s);
 
   for (;;) {
-    struct pollfd p[2] = {
+    struct pollfd p[3] = {
       { .fd = sfd, .events = POLLIN },
       { .fd = s.ev ? nbdnl_events_fd (s.ev) : -1, .events = POLLIN },
+      { .fd = s.wd.fd, .events = POLLIN },
     };
+    long wait = watching (&s) ? watchdog_wait_ms (&s.wd, now_ms ()) : 1000;
 
-    if (poll (p, 2, 1000) == -1 && errno != EINTR) {
+    if (poll (p, 3, wait < 1000 ? wait : 1000) == -1 && errno != EINTR) {
       say ("poll: %m");
       msleep (1000);
     }
@@ -649,6 +713,7 @@ supervise (const struct record *r, const struct server_opts *so,
           /* pdio detach, or someone: the device and server stay. */
           say ("signal %d: exiting; %s and its server stay", si.ssi_signo,
                r->device);
+          watchdog_close (&s.wd);
           exit (EXIT_OK);
         }
     if (p[1].revents & POLLIN) {
@@ -658,6 +723,7 @@ supervise (const struct record *r, const struct server_opts *so,
         if (idx == s.idx)
           link_dead (&s);
     }
+    watch (&s);
     if (!device_is_ours (&s.rec))
       device_gone (&s, 30000);
   }

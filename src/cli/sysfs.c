@@ -112,6 +112,43 @@ nbd_backend (int idx, char *buf, size_t len)
   return ok;
 }
 
+bool
+nbd_set_io_timeout (int idx, unsigned ms)
+{
+  char path[PATH_MAX];
+  FILE *fp;
+  bool ok;
+
+  snprintf (path, sizeof path, "%s/block/nbd%d/queue/io_timeout", sysfs (),
+            idx);
+  fp = fopen (path, "we");
+  if (fp == NULL)
+    return false;
+  ok = fprintf (fp, "%u\n", ms) > 0;
+  /* sysfs reports a refused value at the write, i.e. at fclose. */
+  if (fclose (fp) == EOF)
+    ok = false;
+  return ok;
+}
+
+bool
+nbd_in_flight (int idx)
+{
+  char path[PATH_MAX];
+  unsigned long reads, writes;
+  FILE *fp;
+  bool busy = true;
+
+  snprintf (path, sizeof path, "%s/block/nbd%d/inflight", sysfs (), idx);
+  fp = fopen (path, "re");
+  if (fp) {
+    if (fscanf (fp, "%lu %lu", &reads, &writes) == 2)
+      busy = reads + writes > 0;
+    fclose (fp);
+  }
+  return busy;
+}
+
 /* "MAJ:MIN" of a sysfs block directory's dev file into buf. */
 static bool
 read_devno (const char *dir, char *buf, size_t len)

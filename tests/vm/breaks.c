@@ -34,6 +34,13 @@
  *                         attaches of one image are not told the winner
  *   no-destroy-flag       devices made on demand are not destroyed on
  *                         disconnect (NBD_CFLAG_DESTROY_ON_DISCONNECT)
+ *   kernel-timeout-default  attach as before timeout 0 was the default:
+ *                         request timeout 15 s, one connection per CPU
+ *                         up to 4
+ *   kernel-timeout-nonzero  attach gives the kernel a request timeout of
+ *                         1 s (the requeue timer as a timeout that drops
+ *                         the connection)
+ *   no-watchdog           the supervisor never probes its server
  */
 #include <config.h>
 

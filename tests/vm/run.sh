@@ -16,7 +16,7 @@
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
 #                       align4096,sector4k,reference,cli,recover,
-#                       nbdkit_recover,handover,mount,partitions,resize,ondemand, and native-ext4, native-xfs, native-fio,
+#                       nbdkit_recover,handover,crash,mount,partitions,resize,ondemand, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server), and systemd (the guest execs
 #                       systemd as init, so it always runs last)
@@ -48,7 +48,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -89,6 +89,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|handover|mount|partitions) ;;
     resize|ondemand) ;;
+    crash) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
@@ -130,7 +131,7 @@ pdio_broken=$(cd "$(dirname "$pdio_broken")" && pwd)/$(basename "$pdio_broken")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim sfdisk losetup timeout systemctl udevadm; do
+        fincore fstrim sfdisk losetup timeout systemctl udevadm dmsetup; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
 done
 for f in /lib/systemd/systemd /lib/systemd/systemd-udevd /lib/systemd/system-generators/systemd-fstab-generator \
@@ -208,11 +209,12 @@ fetch_kernel() {
 # Programs the guest runs, from this machine (busybox covers the rest).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs"
+  resize2fs xfs_growfs dmsetup"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
-# losetup is the ondemand scenario's comparison.
-MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop"
+# losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
+# the crash scenario's slow storage.
+MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot
