@@ -2181,20 +2181,26 @@ od_list() {
 
 # Every device has its server and supervisor; their PSS summed after the
 # I/O and 10 s of idleness (a worker gives its pool back after 5 s).
+# The target is 4 MiB per idle device (server + supervisor PSS), each
+# device on its own; 10 s is twice the pool's idle period.
+OD_PSS_MAX_KIB=4096
 od_pss() {
     sleep 10
-    total=0 n=0
+    total=0 n=0 max=0 maxdev=
     while read -r i d; do
         s=$(od_field "$d" server_pid)
         v=$(od_field "$d" supervisor_pid)
         [ "$(cat "/proc/$s/comm")" = pdio ]
         [ "$(cat "/proc/$v/comm")" = pdio-supervise ]
-        total=$((total + $(od_pss_kib "$s") + $(od_pss_kib "$v")))
+        p=$(($(od_pss_kib "$s") + $(od_pss_kib "$v")))
+        total=$((total + p))
+        [ "$p" -le "$max" ] || { max=$p maxdev=$d; }
         n=$((n + 1))
     done < "$STATE/od.devs"
     echo "$((total / n))" > "$STATE/od.pss_kib"
-    detail "$n servers and supervisors alive; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device"
+    detail "$n servers and supervisors alive; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev; limit $OD_PSS_MAX_KIB)"
     [ "$n" = "$OD_N" ]
+    [ "$max" -le "$OD_PSS_MAX_KIB" ]
 }
 
 od_detach_all() {
@@ -2399,7 +2405,7 @@ scenario_ondemand() {
     step "ondemand: $OD_N pdio attach, one after another: distinct devices, made on demand past nbds_max" od_attach_all
     step "ondemand: ext4 on $OD_FS at once, files verified; 4 KiB read back on the rest, and in the images" od_io
     step "ondemand: pdio list and --json show all $OD_N" od_list
-    step "ondemand: every device's server and supervisor alive; PSS after I/O and idleness" od_pss
+    step "ondemand: every device's server and supervisor alive; PSS after I/O and idleness at most 4 MiB per device" od_pss
     step "ondemand: pdio detach --all: no device (made ones destroyed), server, supervisor or state; fincore 0" od_detach_all
     step "ondemand: losetup -f --show on the same $OD_N images, for comparison" od_losetup
     step "ondemand: $OD_PAR pdio attach at once: all succeed, distinct devices" od_concurrent_attach
