@@ -31,10 +31,11 @@ PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
 SERVER_HANDSHAKE_C = %reldir%/server/handshake.c
 SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
-	%reldir%/server/server.c %reldir%/server/handover.c
+	%reldir%/server/server.c %reldir%/server/handover.c \
+	%reldir%/server/tls.c
 SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
 	%reldir%/server/internal.h %reldir%/server/cmd.h \
-	%reldir%/server/handover.h
+	%reldir%/server/handover.h %reldir%/server/tls.h
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,

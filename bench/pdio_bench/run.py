@@ -19,9 +19,9 @@ from .procfs import (CsCounter, Monitor, cpu_jiffies, descendants, fincore,
 from .publish import publish
 from .report import report
 from .results import save
-from .servers import (fmt_session, is_native_row, is_pdio_row, native_session,
-                      rows, selected_rows, sessions_of, start_server,
-                      stop_server, wanted)
+from .servers import (client_env, fmt_session, is_native_row, is_pdio_row,
+                      native_session, rows, selected_rows, sessions_of,
+                      start_server, stop_server, wanted)
 from .util import die, log, parse_size
 
 
@@ -53,7 +53,8 @@ def run_job(job, srv, running, cfg, img, size, fiodir):
         lf.flush()
         try:
             rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT,
-                                timeout=cfg.runtime + cfg.ramp + 120
+                                timeout=cfg.runtime + cfg.ramp + 120,
+                                env=client_env(srv)
                                 ).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"

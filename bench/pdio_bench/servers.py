@@ -4,6 +4,7 @@ server is started, waited for, and stopped by PID."""
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -14,11 +15,13 @@ from .util import die, log, read_file
 class Server:
     """kind: raw (fio on the image), nbdkit, qemu, nbd-server, native."""
 
-    def __init__(self, name, label, kind, args=(), jobs=None, export=""):
+    def __init__(self, name, label, kind, args=(), jobs=None, export="",
+                 tls=False):
         self.name, self.label, self.kind = name, label, kind
         self.args = list(args)
         self.jobs = jobs              # None: every job
         self.export = export
+        self.tls = tls                # x509 over loopback TCP (tls_setup)
 
 
 def pdio_threads_server(cfg, img, threads):
@@ -46,6 +49,11 @@ def native_server(img, threads=None):
                   % threads, "native",
                   ["--backend", "io_uring", "--threads", str(threads)],
                   jobs=NATIVE_SCALING_JOBS)
+
+
+# The TLS rows: what TLS costs each server that has it, on the jobs of
+# the issue that asked for them (a 4k and a 1M one).
+TLS_JOBS = ["rr4k-qd32", "sr1m-qd8"]
 
 
 def rows(cfg, img, size):
@@ -89,6 +97,20 @@ def rows(cfg, img, size):
                ["file", "file=" + img, "cache=none"]),
         Server("nbd-server", "nbd-server (page cache)", "nbd-server",
                export="bench"),
+        # TLS (x509, TLS 1.3) over loopback TCP; pdio-native-tcp is the
+        # same server in plain text over the same transport, the ratio's
+        # other half.
+        Server("pdio-native-tcp", "pdio serve over loopback TCP, no TLS",
+               "native", ["--backend", "io_uring"], jobs=TLS_JOBS,
+               tls=None),
+        Server("pdio-native-tls", "pdio serve, TLS x509 (--tls-certificates)",
+               "native", ["--backend", "io_uring"], jobs=TLS_JOBS, tls=True),
+        Server("nbdkit-file-tls", "nbdkit file cache=none --tls=require (x509)",
+               "nbdkit", ["file", "file=" + img, "cache=none"],
+               jobs=TLS_JOBS, tls=True),
+        Server("qemu-uring-tls", "qemu-nbd cache=none aio=io_uring, "
+               "tls-creds-x509", "qemu", ["--aio=io_uring"], jobs=TLS_JOBS,
+               tls=True),
     ]
 
 
@@ -101,6 +123,8 @@ SERVER_ALIASES = {"qemu-nbd-native": "qemu-native",
 SERVER_SETS = {
     "native-targets": ["raw", "null", "pdio-native", "pdio-native-t1",
                        "pdio-native-t2", "pdio", "qemu-native", "qemu-uring"],
+    "tls": ["pdio-native-tcp", "pdio-native-tls", "nbdkit-file-tls",
+            "qemu-uring-tls"],
 }
 
 QEMU_ROWS = ("qemu-native", "qemu-uring")
@@ -161,21 +185,109 @@ class Running:
         self.threads = None
 
 
+_tls_home = None
+
+
+def tls_setup(workdir):
+    """A CA and a server certificate for localhost (certtool), made once
+    in workdir/pki: server/ for the servers, home/.pki/libnbd/ for libnbd
+    (fio's nbd engine takes no file names in its URI, nbdinfo is run the
+    same way).  Returns (server dir, HOME for the clients)."""
+    pki = os.path.join(workdir, "pki")
+    sdir = os.path.join(pki, "server")
+    home = os.path.join(pki, "home")
+    cdir = os.path.join(home, ".pki", "libnbd")
+    global _tls_home
+    _tls_home = home
+    if os.path.exists(os.path.join(cdir, "ca-cert.pem")):
+        return sdir, home
+    os.makedirs(sdir, exist_ok=True)
+    os.makedirs(cdir, exist_ok=True)
+
+    def certtool(*args):
+        subprocess.run(["certtool"] + list(args), check=True,
+                       capture_output=True)
+
+    def template(name, text):
+        path = os.path.join(pki, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    cakey = os.path.join(pki, "ca-key.pem")
+    ca = os.path.join(sdir, "ca-cert.pem")
+    key = os.path.join(sdir, "server-key.pem")
+    certtool("--generate-privkey", "--outfile", cakey)
+    certtool("--generate-self-signed", "--load-privkey", cakey, "--template",
+             template("ca.info", "cn = bench CA\nca\ncert_signing_key\n"),
+             "--outfile", ca)
+    certtool("--generate-privkey", "--outfile", key)
+    certtool("--generate-certificate", "--load-ca-certificate", ca,
+             "--load-ca-privkey", cakey, "--load-privkey", key, "--template",
+             template("server.info", "cn = localhost\ndns_name = localhost\n"
+                      "ip_address = 127.0.0.1\ntls_www_server\n"
+                      "encryption_key\nsigning_key\n"),
+             "--outfile", os.path.join(sdir, "server-cert.pem"))
+    with open(ca) as f, open(os.path.join(cdir, "ca-cert.pem"), "w") as g:
+        g.write(f.read())
+    return sdir, home
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def tcp_args(srv, port, sdir):
+    """The command line's transport for a TCP row, TLS or not."""
+    p = str(port)
+    if srv.kind == "native":
+        a = ["--port", p]
+        return a + ["--tls-certificates", sdir] if srv.tls else a
+    if srv.kind == "nbdkit":
+        return ["-p", p, "-i", "127.0.0.1", "--tls=require",
+                "--tls-certificates", sdir]
+    if srv.kind == "qemu":
+        return ["-b", "127.0.0.1", "-p", p, "--object",
+                "tls-creds-x509,id=tls0,dir=%s,endpoint=server,"
+                "verify-peer=off" % sdir, "--tls-creds", "tls0"]
+    raise ValueError(srv.kind)
+
+
+def client_env(srv):
+    """The environment fio and nbdinfo need for srv (once start_server
+    has made the certificates): None but for TLS."""
+    if not srv.tls:
+        return None
+    return dict(os.environ, HOME=_tls_home)
+
+
 def start_server(srv, cfg, img, workdir, logdir):
     sock = os.path.join(workdir, srv.name + ".sock")
     if os.path.exists(sock):
         os.unlink(sock)
+    tcp = None
+    if srv.tls is not False:
+        # None: plain TCP; True: TLS.
+        tcp = tcp_args(srv, free_port(), tls_setup(workdir)[0])
     logpath = os.path.join(logdir, srv.name + ".log")
     logf = open(logpath, "a")
     log_offset = logf.tell()
     uri = "nbd+unix:///%s?socket=%s" % (srv.export, sock)
+    if tcp is not None:
+        port = tcp[tcp.index("-p" if srv.kind != "native" else "--port") + 1]
+        uri = "nbd%s://localhost:%s/" % ("s" if srv.tls else "", port)
     popen, pid, tree = None, None, False
     if srv.kind == "nbdkit":
-        cmd = ["nbdkit", "-f", "--exit-with-parent", "-U", sock] + srv.args
+        cmd = ["nbdkit", "-f", "--exit-with-parent"] + \
+            (tcp if tcp is not None else ["-U", sock]) + srv.args
     elif srv.kind == "qemu":
         # -t: keep serving after the first client; -e: parallel clients.
-        cmd = ["qemu-nbd", "-f", "raw", "--cache=none", "-t", "-e", "16",
-               "-k", sock] + srv.args + [img]
+        cmd = ["qemu-nbd", "-f", "raw", "--cache=none", "-t", "-e", "16"] + \
+            (tcp if tcp is not None else ["-k", sock]) + srv.args + [img]
     elif srv.kind == "nbd-server":
         conf = os.path.join(workdir, "nbd-server.conf")
         pidfile = os.path.join(workdir, "nbd-server.pid")
@@ -190,8 +302,9 @@ def start_server(srv, cfg, img, workdir, logdir):
         # Foreground; SIGTERM is its orderly stop (it answers what is in
         # flight, prints the engine's stats on stderr and exits 0).
         # --exit-with-parent: the SIGTERM also comes if the benchmark dies.
-        cmd = [cfg.pdio_cli, "serve", "--socket", sock,
-               "--exit-with-parent"] + srv.args + [img]
+        cmd = [cfg.pdio_cli, "serve"] + \
+            (tcp if tcp is not None else ["--socket", sock]) + \
+            ["--exit-with-parent"] + srv.args + [img]
     else:
         raise ValueError(srv.kind)
     logf.write("# %s\n" % " ".join(cmd))
@@ -223,7 +336,8 @@ def start_server(srv, cfg, img, workdir, logdir):
             die("%s exited while starting (see %s/%s.log)"
                 % (srv.name, logdir, srv.name))
         if subprocess.run(["nbdinfo", "--size", uri], capture_output=True,
-                          timeout=10).returncode == 0:
+                          timeout=10,
+                          env=client_env(srv)).returncode == 0:
             r.threads = thread_count(pid)
             if srv.kind == "native" and descendants(pid):
                 # An older pdio whose serve runs nbdkit as a child: the row
@@ -235,7 +349,7 @@ def start_server(srv, cfg, img, workdir, logdir):
             return r
         if time.monotonic() > deadline:
             stop_server(r)
-            die("%s does not answer on %s" % (srv.name, sock))
+            die("%s does not answer on %s" % (srv.name, uri))
         time.sleep(0.1)
 
 

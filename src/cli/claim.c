@@ -94,8 +94,7 @@ claim_take (const char *name, const char *doing, unsigned wait_ms,
   unsigned t = 0;
 
   claim_path (name, path, sizeof path);
-  if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
-    errorf ("pdio: %s: %m", rundir ());
+  if (!make_rundir ("pdio")) {
     memset (h, 0, sizeof *h);
     return -1;
   }

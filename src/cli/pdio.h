@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "tls.h"
+
 /* Exit codes (documented in pdio(1) and --help). */
 enum {
   EXIT_OK = 0,
@@ -79,6 +81,10 @@ extern bool parse_size (const char *s, uint64_t *out);
 extern bool is_power_of_two (unsigned long v);
 /* $PDIO_RUNDIR or /run/pdio: sockets, pid files, logs and records. */
 extern const char *rundir (void);
+/* Makes the run directory, or makes it root-only (0700) if it was not:
+ * it holds the servers' sockets.  false with the error printed.
+ */
+extern bool make_rundir (const char *cmd);
 /* $PDIO_SYSFS or /sys (tests point it at a fake tree). */
 extern const char *sysfs (void);
 /* What nbdkit loads (--nbdkit): the --plugin option, else $PDIO_PLUGIN,
@@ -396,6 +402,7 @@ struct server_opts {
   const char *image;
   const char *socket;           /* unix socket, or NULL with port */
   const char *port;             /* TCP port (serve only), or NULL */
+  const char *bind;             /* with port: nbdkit's -i address */
   bool readonly;
   const char *pidfile;          /* a daemon writing this pid file, or NULL
                                    (nbdkit only): in the foreground, dying
@@ -484,7 +491,11 @@ extern struct record *orphans_load (const struct record *recs, size_t nrecs,
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */
-extern void print_uri_and_attach (const char *socket, const char *port,
+/* socket, or TCP: bind (NULL: loopback) and port; tls describes the
+ * credentials a client needs, or is NULL without TLS.
+ */
+extern void print_uri_and_attach (const char *socket, const char *bind,
+                                  const char *port, const char *tls,
                                   uint32_t dio_align, bool readonly);
 
 /* --- serve_native.c: pdio's own NBD server (src/server/) ----------------- */
@@ -498,6 +509,12 @@ struct native_serve {
   unsigned threads;             /* 0: one per CPU */
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
   bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+  const char *bind;             /* TCP: the address; NULL: loopback */
+  bool plain_beyond_loopback;   /* --tls=off spelled out */
+  mode_t socket_mode;           /* 0: 0600 */
+  gid_t socket_gid;             /* (gid_t) -1: the creator's */
+  unsigned max_connections, handshake_secs;  /* 0: the defaults */
+  struct pdio_tls_config tls;
   const char *handover;         /* listen there for a successor, or NULL */
   const char *take_over;        /* take over from the server listening
                                    for a successor there (its listening

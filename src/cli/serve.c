@@ -18,8 +18,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <grp.h>
 
 #include "engine.h"
+#include "server.h"
 #include "pdio.h"
 
 #define CMD "pdio serve"
@@ -31,6 +34,12 @@ struct serve_opts {
   unsigned long threads;        /* native server: 0 = one per CPU */
   const char *pidfile;          /* native server: daemon mode (attach) */
   bool exit_with_parent;        /* native server: for the tests */
+  const char *bind;             /* with --port: the address */
+  const char *tls;              /* --tls as given, NULL: not given */
+  const char *socket_mode, *socket_group;
+  unsigned long max_connections, handshake_secs;
+  struct pdio_tls_config tlsc;
+  const char *authz[64];
   const char *handover;         /* native server: --handover-socket */
   const char *take_over;        /* native server: --take-over */
 };
@@ -45,8 +54,27 @@ usage (FILE *fp)
 "it.  Ctrl-C or SIGTERM stops it after answering the requests in flight.\n"
 "\n"
 "  -r, --read-only        serve read-only (the image gets a shared lock)\n"
-"  -s, --socket PATH      unix socket (default RUNDIR/serve-PID.sock)\n"
-"  -p, --port PORT        TCP port instead of a unix socket (all addresses)\n"
+"  -s, --socket PATH      unix socket (default RUNDIR/serve-PID.sock), mode\n"
+"                         0600 whatever the umask\n"
+"      --socket-mode MODE the socket's mode instead (octal, e.g. 0660)\n"
+"      --socket-group GROUP  the socket's group\n"
+"  -p, --port PORT        TCP port instead of a unix socket (on loopback)\n"
+"  -b, --bind ADDR        with --port: listen on ADDR instead of 127.0.0.1\n"
+"                         (:: for every address); beyond loopback, TLS\n"
+"                         credentials or --tls=off are required\n"
+"      --max-connections N  clients at once (default %d); more are closed\n"
+"      --handshake-timeout S  drop a client whose handshake (TLS\n"
+"                         included) has not finished in S seconds\n"
+"                         (default %d)\n"
+"      --tls off|on|require  TLS (default: require with credentials, else\n"
+"                         off); on also serves plain clients\n"
+"      --tls-certificates DIR  x509: DIR/ca-cert.pem, server-cert.pem,\n"
+"                         server-key.pem (certtool)\n"
+"      --tls-psk FILE     pre-shared keys, psktool's format\n"
+"      --tls-verify-peer  x509: require a client certificate signed by\n"
+"                         ca-cert.pem\n"
+"      --tls-authz NAME   let in only this client certificate DN or PSK\n"
+"                         identity (repeat for more)\n"
 "      --align N          raise the direct-I/O alignment (power of two)\n"
 "      --backend B        io_uring or psync (default io_uring, psync if\n"
 "                         io_uring is refused)\n"
@@ -58,10 +86,75 @@ usage (FILE *fp)
 "                         listening sockets and its live connections, which\n"
 "                         never see a close; then listen there in turn.\n"
 "                         --socket or --port names what it listened on\n"
-"      --nbdkit           serve with nbdkit and pdio.so instead (TLS,\n"
+"      --nbdkit           serve with nbdkit and pdio.so instead (its\n"
 "                         filters)\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
-"                         or pdio)\n");
+"                         or pdio)\n", PDIO_SERVER_MAX_CONNECTIONS,
+           PDIO_SERVER_HANDSHAKE_SECS);
+}
+
+/* The --tls options make sense together. */
+static bool
+check_tls (struct serve_opts *o)
+{
+  struct pdio_tls_config *t = &o->tlsc;
+  bool creds = t->certificates || t->psk_file;
+
+  t->authz = o->authz;
+  if (t->certificates && t->psk_file) {
+    errorf (CMD ": --tls-certificates and --tls-psk: choose one");
+    return false;
+  }
+  if (o->tls == NULL)
+    t->mode = creds ? PDIO_TLS_REQUIRE : PDIO_TLS_OFF;
+  else
+    t->mode = strcmp (o->tls, "off") == 0 ? PDIO_TLS_OFF
+              : strcmp (o->tls, "on") == 0 ? PDIO_TLS_ON : PDIO_TLS_REQUIRE;
+  if (t->mode == PDIO_TLS_OFF && creds) {
+    errorf (CMD ": --tls=off with %s: choose", t->certificates
+            ? "--tls-certificates" : "--tls-psk");
+    return false;
+  }
+  if (t->mode != PDIO_TLS_OFF && !creds) {
+    errorf (CMD ": --tls=%s needs --tls-certificates DIR or --tls-psk FILE",
+            o->tls);
+    return false;
+  }
+  if (t->verify_peer && t->certificates == NULL) {
+    errorf (CMD ": --tls-verify-peer checks client certificates: it goes "
+            "with --tls-certificates");
+    return false;
+  }
+  if (t->n_authz && !creds) {
+    errorf (CMD ": --tls-authz names TLS clients: it goes with "
+            "--tls-certificates or --tls-psk");
+    return false;
+  }
+  /* A certificate's name means nothing unless the certificate is checked. */
+  if (t->n_authz && t->certificates)
+    t->verify_peer = true;
+  if (t->mode != PDIO_TLS_OFF && o->port == NULL) {
+    errorf (CMD ": TLS is for --port (a unix socket has its mode and "
+            "group: --socket-mode, --socket-group)");
+    return false;
+  }
+  return true;
+}
+
+/* With --nbdkit, whose socket pdio does not see: is addr a loopback
+ * address?
+ */
+static bool
+loopback_address (const char *addr)
+{
+  struct in_addr a4;
+  struct in6_addr a6;
+
+  if (inet_pton (AF_INET, addr, &a4) == 1)
+    return (ntohl (a4.s_addr) >> 24) == 127;
+  if (inet_pton (AF_INET6, addr, &a6) == 1)
+    return IN6_IS_ADDR_LOOPBACK (&a6);
+  return strcmp (addr, "localhost") == 0;
 }
 
 static int
@@ -78,6 +171,16 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "nbdkit", no_argument, NULL, 'N' },
     { "pidfile", required_argument, NULL, 'F' },  /* for attach */
     { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
+    { "bind", required_argument, NULL, 'b' },
+    { "max-connections", required_argument, NULL, 'M' },
+    { "handshake-timeout", required_argument, NULL, 'W' },
+    { "socket-mode", required_argument, NULL, 'm' },
+    { "socket-group", required_argument, NULL, 'g' },
+    { "tls", required_argument, NULL, 't' },
+    { "tls-certificates", required_argument, NULL, 'C' },
+    { "tls-psk", required_argument, NULL, 'K' },
+    { "tls-verify-peer", no_argument, NULL, 'V' },
+    { "tls-authz", required_argument, NULL, 'Z' },
     { "handover-socket", required_argument, NULL, 'H' },
     { "take-over", required_argument, NULL, 'O' },
     { "help", no_argument, NULL, 'h' },
@@ -87,7 +190,7 @@ parse (int argc, char **argv, struct serve_opts *o)
   int c;
 
   *o = (struct serve_opts) { .readonly = false };
-  while ((c = getopt_long (argc, argv, "+rs:p:h", longopts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "+rs:p:b:h", longopts, NULL)) != -1)
     switch (c) {
     case 'r': o->readonly = true; break;
     case 's': o->socket = optarg; break;
@@ -123,6 +226,53 @@ parse (int argc, char **argv, struct serve_opts *o)
     case 'N': o->nbdkit = true; break;
     case 'F': o->pidfile = optarg; break;
     case 'E': o->exit_with_parent = true; break;
+    case 'b': o->bind = optarg; break;
+    case 'M':
+      if (!parse_uint (optarg, 1, 65536, &o->max_connections)) {
+        errorf (CMD ": --max-connections %s: must be a number from 1 to "
+                "65536", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'W':
+      if (!parse_uint (optarg, 1, 3600, &o->handshake_secs)) {
+        errorf (CMD ": --handshake-timeout %s: must be a number of seconds "
+                "from 1 to 3600", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'm': {
+      char *end;
+      unsigned long m = strtoul (optarg, &end, 8);
+
+      if (*optarg == '\0' || *end || m > 0777 || (m & 0600) != 0600) {
+        errorf (CMD ": --socket-mode %s: must be an octal mode from 0600 to "
+                "0777 that lets the owner read and write", optarg);
+        return EXIT_USAGE;
+      }
+      o->socket_mode = optarg;
+      break;
+    }
+    case 'g': o->socket_group = optarg; break;
+    case 't':
+      if (strcmp (optarg, "off") && strcmp (optarg, "on") &&
+          strcmp (optarg, "require")) {
+        errorf (CMD ": --tls %s: must be off, on or require", optarg);
+        return EXIT_USAGE;
+      }
+      o->tls = optarg;
+      break;
+    case 'C': o->tlsc.certificates = optarg; break;
+    case 'K': o->tlsc.psk_file = optarg; break;
+    case 'V': o->tlsc.verify_peer = true; break;
+    case 'Z':
+      if (o->tlsc.n_authz == sizeof o->authz / sizeof o->authz[0]) {
+        errorf (CMD ": --tls-authz: at most %zu names",
+                sizeof o->authz / sizeof o->authz[0]);
+        return EXIT_USAGE;
+      }
+      o->authz[o->tlsc.n_authz++] = optarg;
+      break;
     case 'H': o->handover = optarg; break;
     case 'O': o->take_over = optarg; break;
     case 'h': usage (stdout); exit (EXIT_OK);
@@ -130,6 +280,15 @@ parse (int argc, char **argv, struct serve_opts *o)
     }
   if (o->socket && o->port) {
     errorf (CMD ": --socket and --port: choose one");
+    return EXIT_USAGE;
+  }
+  if (o->nbdkit && (o->threads || o->pidfile || o->max_connections ||
+                    o->handshake_secs || o->socket_mode || o->socket_group ||
+                    o->tls || o->tlsc.certificates || o->tlsc.psk_file ||
+                    o->tlsc.verify_peer || o->tlsc.n_authz)) {
+    errorf (CMD ": --threads, --pidfile, --max-connections, "
+            "--handshake-timeout, --socket-mode, --socket-group and the --tls "
+            "options are for pdio's own server, not --nbdkit");
     return EXIT_USAGE;
   }
   if (o->nbdkit && (o->threads || o->pidfile || o->handover ||
@@ -150,6 +309,17 @@ parse (int argc, char **argv, struct serve_opts *o)
             "listens on");
     return EXIT_USAGE;
   }
+  if (o->bind && o->port == NULL) {
+    errorf (CMD ": --bind %s: goes with --port", o->bind);
+    return EXIT_USAGE;
+  }
+  if (o->port && (o->socket_mode || o->socket_group)) {
+    errorf (CMD ": --socket-mode and --socket-group: for a unix socket, not "
+            "--port");
+    return EXIT_USAGE;
+  }
+  if (!check_tls (o))
+    return EXIT_USAGE;
   if (optind != argc - 1) {
     errorf (CMD ": %s", optind == argc ? "no IMAGE given"
                                        : "only one IMAGE, please");
@@ -167,7 +337,8 @@ print_how_to_attach (const struct serve_opts *o, const char *image,
   printf ("serving %s: %" PRIu64 " bytes, %s, direct-I/O alignment (NBD "
           "preferred block size) %" PRIu32 "\n", image, info->size,
           info->readonly ? "read-only" : "read-write", info->dio_align);
-  print_uri_and_attach (o->socket, o->port, info->dio_align, info->readonly);
+  print_uri_and_attach (o->socket, o->bind, o->port, NULL, info->dio_align,
+                        info->readonly);
 }
 
 /* Runs until nbdkit exits; termination signals are passed on to it. */
@@ -209,6 +380,7 @@ cmd_serve (int argc, char **argv)
   struct server_cmd cmd;
   struct stat st;
   sigset_t sigs;
+  gid_t gid = (gid_t) -1;
   pid_t pid;
   int r;
 
@@ -224,12 +396,29 @@ cmd_serve (int argc, char **argv)
     return EXIT_FAILED;
   }
   if (!o.nbdkit && o.socket == NULL && o.port == NULL) {
-    if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
-      errorf (CMD ": %s: %m (choose a socket with --socket)", rundir ());
+    if (!make_rundir (CMD))
       return EXIT_FAILED;
-    }
     snprintf (sock, sizeof sock, "%s/serve-%d.sock", rundir (), (int) getpid ());
     o.socket = sock;
+  }
+  if (o.socket_group) {
+    struct group *g = getgrnam (o.socket_group);
+    unsigned long n;
+
+    if (g)
+      gid = g->gr_gid;
+    else if (parse_uint (o.socket_group, 0, UINT32_MAX - 1, &n))
+      gid = n;
+    else {
+      errorf (CMD ": --socket-group %s: no such group", o.socket_group);
+      return EXIT_USAGE;
+    }
+  }
+  if (o.nbdkit && o.port && o.bind && !loopback_address (o.bind) &&
+      !(o.tls && strcmp (o.tls, "off") == 0)) {
+    errorf (CMD ": --bind %s: nbdkit would serve the image in plain text "
+            "beyond loopback: add --tls=off to mean it", o.bind);
+    return EXIT_USAGE;
   }
   if (!o.nbdkit)
     return serve_native (&(struct native_serve) {
@@ -240,6 +429,11 @@ cmd_serve (int argc, char **argv)
                    : PDIO_BACKEND_URING,
         .threads = o.threads, .pidfile = o.pidfile,
         .exit_with_parent = o.exit_with_parent,
+        .bind = o.bind,
+        .plain_beyond_loopback = o.tls && strcmp (o.tls, "off") == 0,
+        .socket_mode = o.socket_mode ? strtoul (o.socket_mode, NULL, 8) : 0,
+        .socket_gid = gid, .max_connections = o.max_connections,
+        .handshake_secs = o.handshake_secs, .tls = o.tlsc,
         .handover = o.take_over ? o.take_over : o.handover,
         .take_over = o.take_over,
       });
@@ -249,10 +443,8 @@ cmd_serve (int argc, char **argv)
     return EXIT_FAILED;
   }
   if (o.socket == NULL && o.port == NULL) {
-    if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
-      errorf (CMD ": %s: %m (choose a socket with --socket)", rundir ());
+    if (!make_rundir (CMD))
       return EXIT_FAILED;
-    }
     snprintf (sock, sizeof sock, "%s/serve-%d.sock", rundir (), (int) getpid ());
     o.socket = sock;
   }
@@ -268,6 +460,7 @@ cmd_serve (int argc, char **argv)
       .nbdkit = nbdkit, .plugin = plugin_name (o.plugin), .image = image,
       .socket = o.socket, .port = o.port, .readonly = o.readonly,
       .align = o.align, .backend = o.backend,
+      .bind = o.port ? (o.bind ? o.bind : "127.0.0.1") : NULL,
     }, &cmd);
   pid = run_child ((char **) cmd.argv);
   if (pid == -1)

@@ -70,6 +70,8 @@ struct announce {
   const struct native_serve *o;
   struct pdio_info info;
   int ready_fd;                 /* daemon: tell the first process */
+  char tls_how[PATH_MAX + 64];  /* what a TLS client needs; "" without */
+  const char *tls_how_p;
   struct handover *taken;       /* --take-over: what was taken over */
 };
 
@@ -101,8 +103,8 @@ ready (void *opaque)
           a->info.readonly ? "read-only" : "read-write", a->info.block_min,
           a->info.block_preferred, a->info.block_max,
           a->info.backend == PDIO_BACKEND_PSYNC ? "psync" : "io_uring");
-  print_uri_and_attach (o->socket, o->port, a->info.block_preferred,
-                        a->info.readonly);
+  print_uri_and_attach (o->socket, o->bind, o->port, a->tls_how_p,
+                        a->info.block_preferred, a->info.readonly);
 }
 
 /* Daemon mode: fork; the first process waits for "ready" (or for the
@@ -179,6 +181,7 @@ serve_native (const struct native_serve *o)
   char description[PATH_MAX + 16], base[PATH_MAX];
   struct handover taken, handed;
   struct pdio_image *img;
+  struct pdio_tls *tls = NULL;
   sigset_t sigs;
   int fd = -1, hfd = -1, r;
 
@@ -197,14 +200,47 @@ serve_native (const struct native_serve *o)
 
   handover_init (&taken);
   handover_init (&handed);
-  if (pdio_open (&cfg, &img) < 0)
+  /* Bad credentials are found before anything is opened or listened on. */
+  if (o->tls.mode != PDIO_TLS_OFF) {
+    if (pdio_tls_new (&o->tls, &log, &tls) < 0)
+      return EXIT_FAILED;
+    snprintf (a.tls_how, sizeof a.tls_how, "%s %s%s", o->tls.certificates
+              ? "x509, certificates in" : "PSK, keys in", o->tls.certificates
+              ? o->tls.certificates : o->tls.psk_file,
+              o->tls.mode == PDIO_TLS_ON ? " (plain clients served too)" : "");
+    a.tls_how_p = a.tls_how;
+  }
+  if (pdio_open (&cfg, &img) < 0) {
+    pdio_tls_free (tls);
     return EXIT_FAILED;         /* the engine said why */
+  }
   pdio_get_info (img, &a.info);
   if (o->take_over)
     a.taken = &taken;           /* the sockets come with the connections */
   else {
-    fd = o->socket ? pdio_server_listen_unix (o->socket, &log)
-                   : pdio_server_listen_tcp (o->port, &log);
+    fd = o->socket ? pdio_server_listen_unix (o->socket, o->socket_mode,
+                                              o->socket_gid, &log)
+                   : pdio_server_listen_tcp (o->bind, o->port, &log);
+    if (fd >= 0 && o->port && !pdio_server_is_loopback (fd) &&
+        o->tls.mode == PDIO_TLS_ON)
+      warnf (CMD ": warning: --tls=on on %s port %s: clients that do not ask "
+             "for TLS are served too, in plain text (--tls=require refuses "
+             "them)", o->bind, o->port);
+    if (fd >= 0 && o->port && !pdio_server_is_loopback (fd) &&
+        o->tls.mode == PDIO_TLS_OFF) {
+      if (o->plain_beyond_loopback)
+        warnf (CMD ": warning: serving %s in plain text, without "
+               "authentication, on %s port %s: whoever reaches it can read "
+               "and overwrite the whole image", o->image, o->bind, o->port);
+      else {
+        errorf (CMD ": --bind %s is beyond loopback: serve with TLS "
+                "(--tls-certificates DIR or --tls-psk FILE), or add "
+                "--tls=off to serve the image to whoever reaches it, in "
+                "plain text", o->bind);
+        close (fd);
+        fd = -1;
+      }
+    }
     if (fd >= 0 && o->handover &&
         (hfd = handover_listen (o->handover, &log)) < 0) {
       close (fd);
@@ -212,6 +248,7 @@ serve_native (const struct native_serve *o)
     }
     if (fd < 0) {
       pdio_close (img);
+      pdio_tls_free (tls);
       return EXIT_FAILED;
     }
   }
@@ -222,7 +259,9 @@ serve_native (const struct native_serve *o)
   snprintf (description, sizeof description, "pdio: %s", basename (base));
   r = pdio_server_run (&(struct pdio_server_config) {
       .img = img, .threads = o->threads, .description = description,
-      .log = log, .handover_fd = hfd, .take_over = o->take_over,
+      .log = log, .max_connections = o->max_connections,
+      .handshake_secs = o->handshake_secs, .tls = tls,
+      .handover_fd = hfd, .take_over = o->take_over,
       .listen_path = o->socket, .taken = &taken,
     }, fd, &sigs, ready, &a, &handed);
   handover_free (&taken);
@@ -250,6 +289,7 @@ serve_native (const struct native_serve *o)
     fprintf (stderr, CMD ": stats: %s\n", buf);
   }
   pdio_close (img);
+  pdio_tls_free (tls);
   if (r == PDIO_SERVER_HANDED_OVER)
     return hand_over (&handed, &log) ? EXIT_OK : EXIT_FAILED;
   if (r == -EPIPE) {

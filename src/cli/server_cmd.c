@@ -73,6 +73,10 @@ server_argv (const struct server_opts *o, struct server_cmd *c)
   else {
     argv[i++] = "-p";
     argv[i++] = o->port;
+    if (o->bind) {
+      argv[i++] = "-i";
+      argv[i++] = o->bind;
+    }
   }
   argv[i++] = "-t";
   argv[i++] = STR (NBDKIT_THREADS);

@@ -30,10 +30,8 @@ state_lock (const char *cmd)
   char path[PATH_MAX];
   int fd;
 
-  if (mkdir (rundir (), 0755) == -1 && errno != EEXIST) {
-    errorf ("%s: %s: %m", cmd, rundir ());
+  if (!make_rundir (cmd))
     return -1;
-  }
   snprintf (path, sizeof path, "%s/lock", rundir ());
   fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd == -1) {

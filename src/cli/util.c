@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,6 +110,35 @@ const char *
 rundir (void)
 {
   return env_or ("PDIO_RUNDIR", "/run/pdio");
+}
+
+bool
+make_rundir (const char *cmd)
+{
+  const char *dir = rundir ();
+  struct stat st;
+
+  if (mkdir (dir, 0700) == -1 && errno != EEXIST) {
+    errorf ("%s: %s: %m", cmd, dir);
+    return false;
+  }
+  /* One made by an older pdio, or by mkdir -p under a loose umask, is
+   * tightened: whoever can reach a socket in it can write the image.
+   */
+  if (lstat (dir, &st) == -1) {
+    errorf ("%s: %s: %m", cmd, dir);
+    return false;
+  }
+  if (!S_ISDIR (st.st_mode) || st.st_uid != geteuid ()) {
+    errorf ("%s: %s: not a directory owned by this user: refusing to keep "
+            "sockets there", cmd, dir);
+    return false;
+  }
+  if ((st.st_mode & 07777) != 0700 && chmod (dir, 0700) == -1) {
+    errorf ("%s: %s: cannot make it 0700: %m", cmd, dir);
+    return false;
+  }
+  return true;
 }
 
 const char *

@@ -42,6 +42,7 @@
 #define NBD_REP_ERR_UNSUP         (NBD_REP_ERR_BIT + 1)
 #define NBD_REP_ERR_POLICY        (NBD_REP_ERR_BIT + 2)
 #define NBD_REP_ERR_INVALID       (NBD_REP_ERR_BIT + 3)
+#define NBD_REP_ERR_TLS_REQD      (NBD_REP_ERR_BIT + 5)
 #define NBD_REP_ERR_UNKNOWN       (NBD_REP_ERR_BIT + 6)
 #define NBD_REP_ERR_SHUTDOWN      (NBD_REP_ERR_BIT + 7)
 #define NBD_REP_ERR_TOO_BIG       (NBD_REP_ERR_BIT + 9)

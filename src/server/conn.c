@@ -81,6 +81,7 @@
 #include "handover.h"
 #include "handshake.h"
 #include "internal.h"
+#include "tls.h"
 #include "vg.h"
 
 /* Iovecs per sendmsg: up to 32 replies of header + data in one call. */
@@ -130,6 +131,8 @@ struct conn {
   TAILQ_ENTRY (conn) send_link; /* w->conns.to_send, while TX_QUEUED */
 
   struct nbd_handshake *hs;     /* CONN_HANDSHAKE only */
+  struct tls_conn *tls;         /* after STARTTLS: every byte goes through
+                                   it (tls.c) */
   size_t hs_sent;
   struct nbd_export export;     /* what the handshake offers */
   struct nbd_session s;
@@ -205,9 +208,9 @@ get_sqe (struct conn *c)
 static bool
 submit_recv (struct conn *c, void *buf, size_t len)
 {
-  struct io_uring_sqe *sqe = get_sqe (c);
+  struct io_uring_sqe *sqe = c->tls ? NULL : get_sqe (c);
 
-  if (sqe == NULL)
+  if (sqe == NULL && c->tls == NULL)
     return false;
   /* For valgrind, which cannot see into the ring (vg.h): the kernel
    * writes buf now, and on_recv marks what it wrote.
@@ -215,6 +218,10 @@ submit_recv (struct conn *c, void *buf, size_t len)
   c->rx_iov[0] = (struct iovec) { .iov_base = buf, .iov_len = len };
   c->rx_iovcnt = 1;
   vg_kernel_owns_iov (c->rx_iov, 1);
+  if (c->tls) {
+    c->rx_pending = tls_conn_recv (c->tls, c->rx_iov, 1, true, &c->rx_c);
+    return c->rx_pending;
+  }
   /* MSG_WAITALL: one completion for a whole header or payload. */
   io_uring_prep_recv (sqe, c->fd, buf, len, MSG_WAITALL);
   io_uring_sqe_set_data (sqe, &c->rx_c);
@@ -228,9 +235,9 @@ submit_recv (struct conn *c, void *buf, size_t len)
 static bool
 submit_recv_payload_and_header (struct conn *c)
 {
-  struct io_uring_sqe *sqe = get_sqe (c);
+  struct io_uring_sqe *sqe = c->tls ? NULL : get_sqe (c);
 
-  if (sqe == NULL)
+  if (sqe == NULL && c->tls == NULL)
     return false;
   c->rx_iov[0] = (struct iovec) {
     .iov_base = (uint8_t *) c->rx_cmd->buf + c->payload_got,
@@ -241,6 +248,10 @@ submit_recv_payload_and_header (struct conn *c)
   c->rx_iovcnt = 2;
   c->rx_msg = (struct msghdr) { .msg_iov = c->rx_iov, .msg_iovlen = 2 };
   vg_kernel_owns_iov (c->rx_iov, 2);
+  if (c->tls) {
+    c->rx_pending = tls_conn_recv (c->tls, c->rx_iov, 2, false, &c->rx_c);
+    return c->rx_pending;
+  }
   io_uring_prep_recvmsg (sqe, c->fd, &c->rx_msg, 0);
   io_uring_sqe_set_data (sqe, &c->rx_c);
   c->rx_pending = true;
@@ -250,12 +261,18 @@ submit_recv_payload_and_header (struct conn *c)
 static bool
 submit_send (struct conn *c, size_t iovcnt)
 {
-  struct io_uring_sqe *sqe = get_sqe (c);
+  struct io_uring_sqe *sqe;
 
-  if (sqe == NULL)
-    return false;
   /* What valgrind checks for sendmsg(2), which it cannot see here. */
   vg_check_iov (c->iov, iovcnt);
+  if (c->tls) {
+    if (!tls_conn_send (c->tls, c->iov, iovcnt, &c->tx_c))
+      return false;
+    c->tx = TX_SENDING;
+    return true;
+  }
+  if ((sqe = get_sqe (c)) == NULL)
+    return false;
   c->msg = (struct msghdr) { .msg_iov = c->iov, .msg_iovlen = iovcnt };
   io_uring_prep_sendmsg (sqe, c->fd, &c->msg, MSG_NOSIGNAL);
   io_uring_sqe_set_data (sqe, &c->tx_c);
@@ -326,7 +343,7 @@ static bool
 in_flight (const struct conn *c)
 {
   return c->rx_pending || c->cancel_pending || c->tx == TX_SENDING ||
-         c->n_running;
+         c->n_running || (c->tls && tls_conn_busy (c->tls));
 }
 
 /* Drops the replies not being sent right now. */
@@ -389,10 +406,12 @@ conn_free (struct conn *c, bool close_socket)
   }
   if (close_socket)
     close (c->fd);
+  server_conn_closed (w->ctx);
   LIST_REMOVE (c, link);
   w->conns.n--;
   free (c->hs);
   free (c->taken_payload);
+  tls_conn_free (c->tls);
   free (c);
 }
 
@@ -495,7 +514,11 @@ cancel_recv (struct conn *c)
 
   if (!c->rx_pending || c->cancel_pending || (sqe = get_sqe (c)) == NULL)
     return;
-  io_uring_prep_cancel (sqe, &c->rx_c, 0);
+  /* With TLS, what is on the ring is the session's receive, if anything
+   * (the shutdown in conn_abort ends it anyway).
+   */
+  io_uring_prep_cancel (sqe, c->tls ? tls_conn_recv_token (c->tls) : &c->rx_c,
+                        0);
   io_uring_sqe_set_data (sqe, &c->cancel_c);
   c->cancel_pending = true;
 }
@@ -687,6 +710,48 @@ on_send (struct pdio_completion *pc, int res, uint32_t flags)
 
 /* --- the handshake ----------------------------------------------------------- */
 static void
+on_tls_handshake (void *opaque, const char *why)
+{
+  struct conn *c = opaque;
+
+  if (c->phase == CONN_DEAD) {
+    maybe_end (c);
+    return;
+  }
+  if (why) {
+    worker_log (c->w, PDIO_LOG_WARNING, "connection %d: %s", c->fd, why);
+    conn_abort (c, why);
+    return;
+  }
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: TLS on%s%s", c->fd,
+              tls_conn_peer (c->tls) ? ", peer " : "",
+              tls_conn_peer (c->tls) ? tls_conn_peer (c->tls) : "");
+  nbd_hs_tls_started (c->hs);
+  hs_step (c);
+}
+
+static void
+on_tls_settled (void *opaque)
+{
+  maybe_end (opaque);
+}
+
+/* STARTTLS was answered: the TLS handshake, on_tls_handshake at its end. */
+static void
+start_tls (struct conn *c)
+{
+  const char *why;
+
+  c->tls = tls_conn_new (c->w->ctx->tls, thr (c), c->fd, on_tls_handshake,
+                         on_tls_settled, c, &why);
+  if (c->tls == NULL) {
+    conn_abort (c, why);
+    return;
+  }
+  tls_conn_handshake (c->tls);
+}
+
+static void
 hs_step (struct conn *c)
 {
   void *buf;
@@ -711,6 +776,9 @@ hs_step (struct conn *c)
     return;
   case NBD_HS_CLOSE:
     conn_abort (c, c->hs->why ? c->hs->why : "handshake ended");
+    return;
+  case NBD_HS_STARTTLS:
+    start_tls (c);
     return;
   case NBD_HS_DONE:
     c->s = c->hs->session;
@@ -1150,7 +1218,7 @@ watchdog (struct conn *c)
 
   switch (c->phase) {
   case CONN_HANDSHAKE:
-    if (now - c->started > CONN_HANDSHAKE_SECS)
+    if (now - c->started >= (time_t) c->w->ctx->handshake_secs)
       conn_abort (c, "handshake took too long");
     return;
   case CONN_TRANSMISSION:
@@ -1195,6 +1263,16 @@ hand_over_or_stop (struct conn *c)
     conn_abort (c, "the server hands over to a successor");
     return;
   case CONN_TRANSMISSION:
+    /* A TLS session's state (keys, sequence numbers) is this process's:
+     * the successor could not continue it.  Its requests are answered
+     * and it is closed, as at a stop; its client reconnects.
+     */
+    if (c->tls) {
+      worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: TLS, not handed "
+                  "over: closed once its replies are sent", c->fd);
+      drain (c);
+      return;
+    }
     hand_over (c);
     return;
   case CONN_DRAINING:
@@ -1240,6 +1318,7 @@ conn_new (struct worker *w, int fd)
     worker_log (w, PDIO_LOG_ERROR, "connection refused: out of memory");
     free (c);
     close (fd);
+    server_conn_closed (w->ctx);
     return;
   }
   conn_init (c, w, fd);
@@ -1252,7 +1331,7 @@ conn_new (struct worker *w, int fd)
   c->export = w->ctx->export;
   if (pdio_refresh_size (w->ctx->img, &c->export.size) < 0)
     c->export.size = pdio_size (w->ctx->img);
-  nbd_hs_init (c->hs, &c->export);
+  nbd_hs_init (c->hs, &c->export, pdio_tls_mode (w->ctx->tls));
   worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
               w->id);
   hs_step (c);
@@ -1284,6 +1363,8 @@ conn_adopt (struct worker *w, struct handover_conn *h)
     free (h->payload);
     return;
   }
+  /* Counted in as if accepted here (conn_free counts it out). */
+  atomic_fetch_add (w->ctx->live, 1);
   conn_init (c, w, h->fd);
   c->phase = CONN_TRANSMISSION;
   c->s = h->s;

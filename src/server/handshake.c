@@ -227,8 +227,47 @@ opt_meta_context (struct nbd_handshake *h)
 }
 
 static void
+opt_starttls (struct nbd_handshake *h)
+{
+  if (h->tls_mode == PDIO_TLS_OFF)
+    /* NOTLS mode: the spec's answer for a server that will not do TLS. */
+    reply_error (h, NBD_REP_ERR_POLICY, "TLS is not offered here (pdio "
+                 "serve --tls-certificates or --tls-psk offers it)");
+  else if (h->tls_active)
+    reply_error (h, NBD_REP_ERR_INVALID, "TLS is on already");
+  else if (h->option_len)
+    reply_error (h, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+  else {
+    reply (h, NBD_REP_ACK, 0);
+    h->state = HS_FINISHED;
+    h->starttls_after_send = true;
+  }
+}
+
+/* FORCEDTLS before STARTTLS: true if the option was answered (refused). */
+static bool
+tls_required (struct nbd_handshake *h)
+{
+  if (h->tls_mode != PDIO_TLS_REQUIRE || h->tls_active ||
+      h->option == NBD_OPT_STARTTLS || h->option == NBD_OPT_ABORT)
+    return false;
+  /* EXPORT_NAME has no error reply: the spec says hang up. */
+  if (h->option == NBD_OPT_EXPORT_NAME)
+    hang_up (h, "NBD_OPT_EXPORT_NAME before TLS, which is required");
+  else
+    reply_error (h, NBD_REP_ERR_TLS_REQD, "TLS is required: send "
+                 "NBD_OPT_STARTTLS first");
+  return true;
+}
+
+static void
 handle_option (struct nbd_handshake *h)
 {
+  if (tls_required (h)) {
+    if (h->state != HS_FINISHED)
+      expect (h, HS_OPT_HEADER, NBD_OPTION_HEADER_LEN);
+    return;
+  }
   switch (h->option) {
   case NBD_OPT_EXPORT_NAME:
     opt_export_name (h);
@@ -243,9 +282,7 @@ handle_option (struct nbd_handshake *h)
     opt_list (h);
     break;
   case NBD_OPT_STARTTLS:
-    /* NOTLS mode: the spec's answer for a server that will not do TLS. */
-    reply_error (h, NBD_REP_ERR_POLICY,
-                 "TLS is not offered here (pdio serve --nbdkit can)");
+    opt_starttls (h);
     break;
   case NBD_OPT_INFO:
   case NBD_OPT_GO:
@@ -323,15 +360,18 @@ got_discard (struct nbd_handshake *h)
             h->discard_left < sizeof h->in ? h->discard_left : sizeof h->in);
     return;
   }
-  reply_error (h, NBD_REP_ERR_TOO_BIG, "option too long");
+  if (!tls_required (h))
+    reply_error (h, NBD_REP_ERR_TOO_BIG, "option too long");
   expect (h, HS_OPT_HEADER, NBD_OPTION_HEADER_LEN);
 }
 
 void
-nbd_hs_init (struct nbd_handshake *h, const struct nbd_export *export)
+nbd_hs_init (struct nbd_handshake *h, const struct nbd_export *export,
+             enum pdio_tls_mode tls)
 {
   memset (h, 0, offsetof (struct nbd_handshake, in));
   h->export = export;
+  h->tls_mode = tls;
   nbd_put64 (h->out, NBD_MAGIC);
   nbd_put64 (h->out + 8, NBD_IHAVEOPT);
   nbd_put16 (h->out + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
@@ -351,9 +391,23 @@ nbd_hs_next (struct nbd_handshake *h, void **buf, size_t *len)
     return NBD_HS_CLOSE;
   if (h->done_after_send)
     return NBD_HS_DONE;
+  if (h->starttls_after_send)
+    return NBD_HS_STARTTLS;
   *buf = h->in + h->in_got;
   *len = h->in_need - h->in_got;
   return NBD_HS_RECV;
+}
+
+void
+nbd_hs_tls_started (struct nbd_handshake *h)
+{
+  if (!h->starttls_after_send)
+    return;                     /* a caller bug */
+  h->starttls_after_send = false;
+  h->tls_active = true;
+  /* The spec: what plain text negotiated may have been tampered with. */
+  h->structured = h->meta_base_allocation = false;
+  expect (h, HS_OPT_HEADER, NBD_OPTION_HEADER_LEN);
 }
 
 void

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "proto.h"
+#include "tls.h"
 
 /* A GO with a 4096-byte name (the spec's longest string) and every info
  * request fits; so does a meta-context option with a few queries.
@@ -38,10 +39,15 @@ enum nbd_hs_action {
   NBD_HS_DONE,                  /* transmission starts: see session */
   NBD_HS_CLOSE,                 /* hang up (ABORT, or a client breaking a
                                    MUST) */
+  NBD_HS_STARTTLS,              /* run the TLS handshake, then
+                                   nbd_hs_tls_started; everything after it
+                                   goes through TLS */
 };
 
 struct nbd_handshake {
   const struct nbd_export *export;
+  enum pdio_tls_mode tls_mode;
+  bool tls_active;              /* STARTTLS done */
   struct nbd_session session;   /* valid once NBD_HS_DONE */
   const char *why;              /* why NBD_HS_CLOSE, for the log */
 
@@ -50,7 +56,7 @@ struct nbd_handshake {
     HS_FINISHED,
   } state;
   bool no_zeroes, structured, meta_base_allocation;
-  bool close_after_send, done_after_send;
+  bool close_after_send, done_after_send, starttls_after_send;
   unsigned options;             /* options received so far */
   uint32_t option, option_len;  /* the option being read */
   uint32_t discard_left;        /* HS_OPT_DISCARD: bytes still to drop */
@@ -61,9 +67,18 @@ struct nbd_handshake {
   uint8_t out[NBD_HS_OUT_MAX];
 };
 
-/* Queues the server's greeting. */
+/* Queues the server's greeting.  With tls PDIO_TLS_REQUIRE, before
+ * STARTTLS only STARTTLS and ABORT are answered (every other option gets
+ * NBD_REP_ERR_TLS_REQD, EXPORT_NAME a hang-up), so nothing of the export
+ * is told to a client that has not done TLS.
+ */
 extern void nbd_hs_init (struct nbd_handshake *h,
-                         const struct nbd_export *export);
+                         const struct nbd_export *export,
+                         enum pdio_tls_mode tls);
+/* The TLS handshake after NBD_HS_STARTTLS succeeded: options again, and
+ * what was negotiated in plain text is forgotten.
+ */
+extern void nbd_hs_tls_started (struct nbd_handshake *h);
 extern enum nbd_hs_action nbd_hs_next (struct nbd_handshake *h, void **buf,
                                        size_t *len);
 /* All of the NBD_HS_SEND bytes went out. */

@@ -5,6 +5,7 @@
 #define PDIO_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -28,11 +29,12 @@
 /* A connection whose replies or payload make no progress for this long
  * (seconds) is dropped: a client that stops reading must not keep pool
  * memory its worker's other connections need.  While the server stops,
- * the limit is shorter.  The handshake has to finish in its own time.
+ * the limit is shorter.  The handshake, TLS included, has to finish
+ * within server_ctx.handshake_secs of the accept, progress or not: a
+ * client that trickles bytes must not hold a connection slot forever.
  */
 #define CONN_STALL_SECS 30
 #define CONN_STALL_SECS_STOPPING 5
-#define CONN_HANDSHAKE_SECS 30
 /* Payload bytes of refused WRITEs are read into a per-worker scratch
  * buffer of this size and dropped.
  */
@@ -66,8 +68,18 @@ struct server_ctx {
   bool can_extents;
   struct pdio_log log;
   size_t pool_bytes;
+  unsigned handshake_secs;
+  const struct pdio_tls *tls;   /* NULL: STARTTLS is refused */
+  /* Connections accepted and not yet closed, against max_connections:
+   * the accept thread counts them in, conn.c out (server_conn_closed).
+   */
+  atomic_uint *live;
+  unsigned max_connections;
   bool rings_at_start;          /* every worker makes its ring at start */
 };
+
+/* A connection handed to a worker is closed (server.c). */
+extern void server_conn_closed (const struct server_ctx *ctx);
 
 struct worker {
   const struct server_ctx *ctx;

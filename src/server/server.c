@@ -29,10 +29,12 @@
 
 
 int
-pdio_server_listen_unix (const char *path, const struct pdio_log *log)
+pdio_server_listen_unix (const char *path, mode_t mode, gid_t gid,
+                         const struct pdio_log *log)
 {
   struct sockaddr_un sa = { .sun_family = AF_UNIX };
   struct stat st;
+  mode_t old_umask;
   int fd, err;
 
   if (strlen (path) >= sizeof sa.sun_path) {
@@ -47,71 +49,121 @@ pdio_server_listen_unix (const char *path, const struct pdio_log *log)
   if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode))
     unlink (path);
   fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd == -1 || bind (fd, (struct sockaddr *) &sa, sizeof sa) == -1 ||
-      listen (fd, SOMAXCONN) == -1) {
+  if (fd == -1) {
+    err = -errno;
+    pdio_log_msg (log->error, "%s: socket: %s", path, strerror (-err));
+    return err;
+  }
+  /* Whoever can connect can read and write the image: the socket is born
+   * 0600 whatever the caller's umask (bind applies it), and is only
+   * widened on request.  One thread runs here, so the umask can be
+   * borrowed.
+   */
+  old_umask = umask (0177);
+  err = bind (fd, (struct sockaddr *) &sa, sizeof sa) == -1 ? -errno : 0;
+  umask (old_umask);
+  if (err) {
+    pdio_log_msg (log->error, "%s: cannot listen: %s", path, strerror (-err));
+    close (fd);
+    return err;
+  }
+  if ((gid != (gid_t) -1 && chown (path, (uid_t) -1, gid) == -1) ||
+      (mode && chmod (path, mode) == -1)) {
+    err = -errno;
+    pdio_log_msg (log->error, "%s: cannot set the socket's %s: %s", path,
+                  gid != (gid_t) -1 ? "group or mode" : "mode",
+                  strerror (-err));
+    unlink (path);
+    close (fd);
+    return err;
+  }
+  if (listen (fd, SOMAXCONN) == -1) {
     err = -errno;
     pdio_log_msg (log->error, "%s: cannot listen: %s", path, strerror (-err));
-    if (fd >= 0)
-      close (fd);
+    unlink (path);
+    close (fd);
     return err;
   }
   return fd;
 }
 
 int
-pdio_server_listen_tcp (const char *port, const struct pdio_log *log)
+pdio_server_listen_tcp (const char *addr, const char *port,
+                        const struct pdio_log *log)
 {
   const struct addrinfo hints = {
-    .ai_family = AF_INET6, .ai_socktype = SOCK_STREAM,
+    .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
     .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
   };
-  struct addrinfo *ai = NULL;
+  struct addrinfo *ai = NULL, *a;
   const int on = 1, off = 0;
-  int fd = -1, err, r;
+  int fd = -1, err = -EADDRNOTAVAIL, r;
 
-  /* One IPv6 socket that also takes IPv4; IPv4 alone if there is no v6. */
-  r = getaddrinfo (NULL, port, &hints, &ai);
-  if (r == 0)
-    fd = socket (AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd >= 0) {
-    setsockopt (fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+  /* Loopback unless told otherwise: an NBD export is the whole image,
+   * readable and writable by whoever connects.
+   */
+  if (addr == NULL)
+    addr = "127.0.0.1";
+  r = getaddrinfo (addr, port, &hints, &ai);
+  if (r != 0) {
+    pdio_log_msg (log->error, "%s port %s: %s", addr, port,
+                  r == EAI_SYSTEM ? strerror (errno) : gai_strerror (r));
+    return -EINVAL;
+  }
+  /* The first address that binds. */
+  for (a = ai; a && fd == -1; a = a->ai_next) {
+    fd = socket (a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                 a->ai_protocol);
+    if (fd == -1) {
+      err = -errno;
+      continue;
+    }
+    /* "::" takes IPv4 too. */
+    if (a->ai_family == AF_INET6)
+      setsockopt (fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
     setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    if (bind (fd, ai->ai_addr, ai->ai_addrlen) == -1) {
+    if (bind (fd, a->ai_addr, a->ai_addrlen) == -1 ||
+        listen (fd, SOMAXCONN) == -1) {
+      err = -errno;
       close (fd);
       fd = -1;
     }
   }
-  if (ai)
-    freeaddrinfo (ai);
+  freeaddrinfo (ai);
   if (fd == -1) {
-    struct sockaddr_in sin = { .sin_family = AF_INET };
-    char *end;
-    unsigned long p = strtoul (port, &end, 10);
-
-    if (*end || p == 0 || p > 65535) {
-      pdio_log_msg (log->error, "port %s: not a port number", port);
-      return -EINVAL;
-    }
-    sin.sin_port = htons (p);
-    fd = socket (AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd >= 0) {
-      setsockopt (fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-      if (bind (fd, (struct sockaddr *) &sin, sizeof sin) == -1) {
-        err = -errno;
-        close (fd);
-        pdio_log_msg (log->error, "port %s: cannot bind: %s", port, strerror (-err));
-        return err;
-      }
-    }
-  }
-  if (fd == -1 || listen (fd, SOMAXCONN) == -1) {
-    err = -errno;
-    pdio_log_msg (log->error, "port %s: cannot listen: %s", port, strerror (-err));
-    if (fd >= 0)
-      close (fd);
+    pdio_log_msg (log->error, "%s port %s: cannot listen: %s", addr, port,
+                  strerror (-err));
     return err;
   }
   return fd;
+}
+
+bool
+pdio_server_is_loopback (int fd)
+{
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+
+  if (getsockname (fd, (struct sockaddr *) &ss, &len) == -1)
+    return false;
+  if (ss.ss_family == AF_INET) {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *) &ss;
+
+    return (ntohl (sin->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const struct in6_addr *a = &((const struct sockaddr_in6 *) &ss)->sin6_addr;
+
+    return IN6_IS_ADDR_LOOPBACK (a) ||
+           (IN6_IS_ADDR_V4MAPPED (a) && a->s6_addr[12] == 127);
+  }
+  return ss.ss_family == AF_UNIX;
+}
+
+void
+server_conn_closed (const struct server_ctx *ctx)
+{
+  atomic_fetch_sub (ctx->live, 1);
 }
 
 /* Accepts until a stop signal (-1) or a successor's hello on handover_fd
@@ -122,6 +174,7 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int handover_fd,
              int sig_fd, struct worker *workers, unsigned n, pid_t *peer)
 {
   unsigned next = 0;
+  bool warned = false;
 
   for (;;) {
     struct pollfd p[3] = {
@@ -161,6 +214,19 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int handover_fd,
       }
       continue;                 /* EAGAIN, ECONNABORTED, EINTR...: next */
     }
+    if (atomic_load (ctx->live) >= ctx->max_connections) {
+      /* Closed before the greeting: a client sees the connection end
+       * at once rather than hang, and nothing of the export is touched.
+       */
+      if (!warned)
+        pdio_log_msg (ctx->log.warning, "a connection refused: %u are open "
+                      "(--max-connections); later refusals are not logged",
+                      ctx->max_connections);
+      warned = true;
+      close (fd);
+      continue;
+    }
+    atomic_fetch_add (ctx->live, 1);
     {
       const int on = 1;
 
@@ -281,8 +347,15 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
                  const sigset_t *stop_signals, void (*ready) (void *opaque),
                  void *opaque, struct handover *handed)
 {
-  struct server_ctx ctx = { .img = cfg->img, .log = cfg->log,
-                            .pool_bytes = cfg->pool_bytes };
+  atomic_uint live = 0;
+  struct server_ctx ctx = {
+    .img = cfg->img, .log = cfg->log, .pool_bytes = cfg->pool_bytes,
+    .handshake_secs = cfg->handshake_secs ? cfg->handshake_secs
+                                          : PDIO_SERVER_HANDSHAKE_SECS,
+    .tls = cfg->tls, .live = &live,
+    .max_connections = cfg->max_connections ? cfg->max_connections
+                                            : PDIO_SERVER_MAX_CONNECTIONS,
+  };
   struct pdio_info info;
   struct worker *workers;
   unsigned n = cfg->threads;

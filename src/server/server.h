@@ -11,6 +11,9 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
+
+#include "tls.h"
 
 #include "engine.h"
 #include "handover.h"
@@ -21,6 +24,9 @@ struct pdio_server_config {
   size_t pool_bytes;            /* each worker's buffer pool; 0: default */
   const char *description;      /* NBD_INFO_DESCRIPTION, or NULL */
   struct pdio_log log;          /* error, warning, debug: any may be NULL */
+  unsigned max_connections;     /* more are accepted and closed; 0: default */
+  unsigned handshake_secs;      /* to finish the handshake; 0: default */
+  const struct pdio_tls *tls;   /* NULL: no TLS (STARTTLS refused) */
   int handover_fd;              /* listening for a successor (handover_listen),
                                    or -1 */
   /* Take over from the server listening for a successor at take_over,
@@ -35,14 +41,25 @@ struct pdio_server_config {
   struct handover *taken;
 };
 
-/* A listening socket: a unix socket at path (a stale socket file there is
- * replaced), or TCP on port on every address.  The fd, or -errno with the
- * reason logged through log.
+/* The defaults of the two bounds above. */
+#define PDIO_SERVER_MAX_CONNECTIONS 64
+#define PDIO_SERVER_HANDSHAKE_SECS 30
+
+/* A listening socket, the fd or -errno with the reason logged through
+ * log.  A unix socket at path (a stale socket file there is replaced),
+ * created with mode 0600 whatever the umask, then given mode (0: 0600)
+ * and group gid ((gid_t) -1: the creator's).  TCP on port at the address
+ * addr (a name or a numeric IPv4 or IPv6 address; "::" is every IPv6 and
+ * IPv4 address), or on the loopback address 127.0.0.1 if addr is NULL.
  */
-extern int pdio_server_listen_unix (const char *path,
+extern int pdio_server_listen_unix (const char *path, mode_t mode, gid_t gid,
                                     const struct pdio_log *log);
-extern int pdio_server_listen_tcp (const char *port,
+extern int pdio_server_listen_tcp (const char *addr, const char *port,
                                    const struct pdio_log *log);
+/* Is the TCP socket fd bound to a loopback address only (127.0.0.0/8,
+ * ::1, or IPv4-mapped 127.0.0.0/8)?
+ */
+extern bool pdio_server_is_loopback (int fd);
 
 /* With cfg->take_over, first starts every worker, with its ring and
  * pool, and only then asks the old server for its connections: what

@@ -237,8 +237,10 @@ refuse_all (struct worker *w)
     bool stop;
 
     pthread_mutex_lock (&w->lock);
-    for (size_t i = 0; i < w->n_incoming; i++)
+    for (size_t i = 0; i < w->n_incoming; i++) {
       close (w->incoming[i]);
+      server_conn_closed (w->ctx);
+    }
     w->n_incoming = 0;
     handover_free (&w->adopt);
     stop = w->stop_requested;
@@ -397,6 +399,7 @@ worker_hand_over (struct worker *w, int fd)
     if (p == NULL) {
       pthread_mutex_unlock (&w->lock);
       close (fd);
+      server_conn_closed (w->ctx);
       return;
     }
     w->incoming = p;
@@ -443,8 +446,10 @@ void
 worker_join (struct worker *w)
 {
   pthread_join (w->thread, NULL);
-  for (size_t i = 0; i < w->n_incoming; i++)
+  for (size_t i = 0; i < w->n_incoming; i++) {
     close (w->incoming[i]);
+    server_conn_closed (w->ctx);
+  }
   free (w->incoming);
   handover_free (&w->adopt);
   free (w->discard);

@@ -174,6 +174,17 @@ seed_from_clock (void)
     ^ ((uint64_t) getpid () << 32);
 }
 
+int
+nbd_connect_unix_or_uri (struct nbd_handle *h, const char *where)
+{
+  if (strstr (where, "://") == NULL)
+    return nbd_connect_unix (h, where);
+  /* tls-certificates= and tls-psk-file= name local files. */
+  if (nbd_set_uri_allow_local_file (h, true) == -1)
+    return -1;
+  return nbd_connect_uri (h, where);
+}
+
 struct nbd_handle *
 connect_socket (const char *sock)
 {
@@ -188,8 +199,8 @@ connect_socket (const char *sock)
   /* For block status (nbdreq map); costs nothing otherwise. */
   if (nbd_add_meta_context (h, LIBNBD_CONTEXT_BASE_ALLOCATION) == -1)
     nbd_fail ("nbd_add_meta_context");
-  if (nbd_connect_unix (h, sock) == -1)
-    nbd_fail ("nbd_connect_unix");
+  if (nbd_connect_unix_or_uri (h, sock) == -1)
+    nbd_fail (strstr (sock, "://") ? "nbd_connect_uri" : "nbd_connect_unix");
   return h;
 }
 

@@ -75,7 +75,11 @@ extern uint64_t seed_from_clock (void);
  * turned off: the server must accept them whatever block sizes it
  * advertises.  base:allocation is requested, for block status.
  */
+/* sock: a unix socket's path, or an NBD URI (nbds://... with its TLS
+ * credentials as query parameters).
+ */
 extern struct nbd_handle *connect_socket (const char *sock);
+extern int nbd_connect_unix_or_uri (struct nbd_handle *h, const char *where);
 
 /* Fails the test unless the export is exactly size bytes (the image). */
 extern void expect_export_size (struct nbd_handle *h, uint64_t size);

@@ -201,8 +201,8 @@ connect_strict (const char *sock, uint64_t size, uint32_t want_pref)
   /* The point of this client: libnbd's defaults, alignment check on. */
   if (!(nbd_get_strict_mode (h) & LIBNBD_STRICT_ALIGN))
     hard_error ("libnbd's default strict mode lacks STRICT_ALIGN");
-  if (nbd_connect_unix (h, sock) == -1)
-    nbd_fail ("nbd_connect_unix");
+  if (nbd_connect_unix_or_uri (h, sock) == -1)
+    nbd_fail ("nbd_connect");
   if (size)
     expect_export_size (h, size);
   if (nbd_get_structured_replies_negotiated (h) != 1)

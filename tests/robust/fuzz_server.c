@@ -8,9 +8,12 @@
  * -fsanitize=fuzzer,address,undefined); fuzz-server.sh runs it.
  *
  * Input: byte 0 picks the export (bit 0 read-only, bits 1-2 the size:
- * 0, 1 MiB + 512, 2^40, 2^63 + 4096; bit 3 a description); byte 1 caps
- * each receive (1..256 bytes, 0 = as much as asked), so short reads are
- * covered; the rest is what the client sends.
+ * 0, 1 MiB + 512, 2^40, 2^63 + 4096; bit 3 a description) and the TLS
+ * mode (bits 4-5: 0 off, 1 on, 2 and 3 require); byte 1 caps each
+ * receive (1..256 bytes, 0 = as much as asked), so short reads are
+ * covered; the rest is what the client sends.  A STARTTLS the handshake
+ * accepts is taken as a TLS handshake that succeeded: the bytes after it
+ * are what the client sends inside TLS.
  *
  * Invariants (any violation aborts):
  *   - every option reply the server sends is well formed: magic, the
@@ -28,7 +31,15 @@
  *     gets an error the spec allows, and only a refused WRITE has
  *     payload bytes to skip (exactly its length);
  *   - reply builders write exactly their stated lengths (ASan), and a
- *     block status reply never describes more than the request.
+ *     block status reply never describes more than the request;
+ *   - TLS: with TLS required, before STARTTLS every reply is
+ *     NBD_REP_ERR_TLS_REQD, but ABORT's ACK and STARTTLS's own answer
+ *     (ACK, or INVALID if it carried data; either gets TOO_BIG if too
+ *     long to keep): nothing of the export is
+ *     said, transmission never starts and EXPORT_NAME hangs up; with TLS
+ *     off, STARTTLS is never accepted; STARTTLS is accepted at most once,
+ *     and what was negotiated before it (structured replies, the meta
+ *     context) is forgotten.
  */
 #include <config.h>
 
@@ -55,6 +66,28 @@ check_option_replies (const uint8_t *p, size_t len, uint32_t option)
     CHECK (nbd_get32 (p + 8) == option);
     n = nbd_get32 (p + 16);
     CHECK (n <= len - NBD_OPTION_REPLY_LEN);
+    p += NBD_OPTION_REPLY_LEN + n;
+    len -= NBD_OPTION_REPLY_LEN + n;
+  }
+}
+
+/* FORCEDTLS before STARTTLS: nothing but refusals, ABORT's ACK and
+ * STARTTLS's own answer.
+ */
+static void
+check_pre_tls_replies (const uint8_t *p, size_t len, uint32_t option)
+{
+  while (len >= NBD_OPTION_REPLY_LEN) {
+    uint32_t type = nbd_get32 (p + 12), n = nbd_get32 (p + 16);
+
+    /* Either, sent too long to keep, is refused as such. */
+    if (option == NBD_OPT_ABORT)
+      CHECK (type == NBD_REP_ACK || type == NBD_REP_ERR_TOO_BIG);
+    else if (option == NBD_OPT_STARTTLS)
+      CHECK (type == NBD_REP_ACK || type == NBD_REP_ERR_INVALID ||
+             type == NBD_REP_ERR_TOO_BIG);
+    else
+      CHECK (type == NBD_REP_ERR_TLS_REQD);
     p += NBD_OPTION_REPLY_LEN + n;
     len -= NBD_OPTION_REPLY_LEN + n;
   }
@@ -199,9 +232,13 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   static const uint64_t sizes[] = {
     0, (1 << 20) + 512, UINT64_C (1) << 40, (UINT64_C (1) << 63) + 4096,
   };
+  static const enum pdio_tls_mode modes[] = {
+    PDIO_TLS_OFF, PDIO_TLS_ON, PDIO_TLS_REQUIRE, PDIO_TLS_REQUIRE,
+  };
   static struct nbd_handshake h;        /* 10 KiB: not on the stack */
   struct nbd_export e;
-  unsigned cap;
+  enum pdio_tls_mode mode;
+  unsigned cap, starttls = 0;
   bool greeted = false;
 
   if (size < 2)
@@ -211,11 +248,12 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     .block_min = 1, .block_preferred = 4096, .block_max = NBD_MAX_PAYLOAD,
     .description = (data[0] & 8) ? "fuzz export" : NULL,
   };
+  mode = modes[(data[0] >> 4) & 3];
   cap = data[1];
   data += 2;
   size -= 2;
 
-  nbd_hs_init (&h, &e);
+  nbd_hs_init (&h, &e, mode);
   for (;;) {
     void *buf;
     size_t len, n;
@@ -227,11 +265,21 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
         CHECK (len == 18 && nbd_get64 (buf) == NBD_MAGIC);
         greeted = true;
       }
-      else if (h.option == NBD_OPT_EXPORT_NAME && h.done_after_send)
+      else if (h.option == NBD_OPT_EXPORT_NAME && h.done_after_send) {
         CHECK (len == 10 || len == 134);
-      else
+        CHECK (mode != PDIO_TLS_REQUIRE || h.tls_active);
+      }
+      else {
         check_option_replies (buf, len, h.option);
+        if (mode == PDIO_TLS_REQUIRE && !h.tls_active)
+          check_pre_tls_replies (buf, len, h.option);
+      }
       nbd_hs_sent (&h);
+      break;
+    case NBD_HS_STARTTLS:
+      CHECK (mode != PDIO_TLS_OFF && ++starttls == 1 && !h.tls_active);
+      nbd_hs_tls_started (&h);
+      CHECK (h.tls_active && !h.structured && !h.meta_base_allocation);
       break;
     case NBD_HS_RECV:
       CHECK (len > 0 && len <= NBD_HS_IN_MAX);
@@ -247,6 +295,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
       nbd_hs_received (&h, n);
       break;
     case NBD_HS_DONE:
+      CHECK (mode != PDIO_TLS_REQUIRE || h.tls_active);
       check_session (&h.session, &e);
       transmission (&h.session, data, size);
       return 0;

@@ -68,9 +68,24 @@ seeds = {
     "truncated-write": FLAGS + go() + req(1, 0, 4096, payload=b"p" * 100),
     "bad-request-magic": FLAGS + go() + b"\xde\xad\xbe\xef" + b"\0" * 24,
 }
+# TLS (byte 0 bits 4-5: 1 on, 2 require): plain-text options that must be
+# refused, then STARTTLS (taken as a TLS handshake that succeeded) and a
+# session inside it; a second STARTTLS; EXPORT_NAME before TLS.
+seeds["tls-require-refused-then-starttls"] = (
+    FLAGS + SR + opt(3) + go(b"", (0, 1, 2, 3), code=6) + go() +
+    meta(9, [b"base:"]) + opt(99, b"x") + opt(5, b"data") + opt(5) +
+    opt(5) + SR + go(b"", (3,)) + req(0, 0, 4096) + req(2))
+seeds["tls-require-export-name"] = FLAGS + opt(1, b"x") + req(0, 0, 512)
+seeds["tls-require-abort"] = FLAGS + opt(3) + opt(2)
+seeds["tls-on-plain-go"] = FLAGS + SR + go() + req(0, 0, 512) + req(2)
+seeds["tls-on-starttls-go"] = (FLAGS + SR + opt(5) + meta(10, [b"base:allocation"])
+                               + go() + req(7, 0, 4096) + req(2))
 exports = {"readonly-writes": 1 | 2}
+tls = {"tls-require-refused-then-starttls": 0x20,
+       "tls-require-export-name": 0x20, "tls-require-abort": 0x20,
+       "tls-on-plain-go": 0x10, "tls-on-starttls-go": 0x10}
 for name, body in seeds.items():
     with open(os.path.join(out, name), "wb") as f:
-        f.write(bytes([exports.get(name, 2), 0]) + body)
+        f.write(bytes([exports.get(name, 2) | tls.get(name, 0), 0]) + body)
     with open(os.path.join(out, name + "-short-reads"), "wb") as f:
-        f.write(bytes([exports.get(name, 2) | 8, 7]) + body)
+        f.write(bytes([exports.get(name, 2) | 8 | tls.get(name, 0), 7]) + body)

@@ -8,6 +8,8 @@
 #     block status), and 300 hostile raw-socket connections (broken
 #     handshakes, refused requests, discarded payloads, hang-ups),
 #   SIGTERM with 64 writes in flight (the drain),
+#   TLS with a PSK (psktool): nbdcopy in and out through the session's
+#     buffers,
 # each server stopped with SIGTERM.  Passes only if every server exited 0
 # and memcheck reported nothing: no invalid access, no use of an
 # uninitialised value (--track-origins), no bad free, no definite leak.
@@ -34,7 +36,7 @@ set -eu
 export PDIO_TEST_FRONTEND=native
 . "$TESTS_SRCDIR/lib/common.sh"
 . "$TESTS_SRCDIR/valgrind/lib.sh"
-require_cmd valgrind nbdinfo python3
+require_cmd valgrind nbdinfo nbdcopy psktool python3 cmp
 make_tmpdir
 pick_seed
 raw=$TESTS_SRCDIR/server/rawclient.py
@@ -71,6 +73,25 @@ start_server "$tmp/vg-sigterm.log" "$PLUGIN" file="$big"
 sigterm_in_flight "$img"
 [ $server_status = 0 ] || { cat "$tmp/vg-sigterm.log"; fail "pdio serve exited $server_status after SIGTERM with writes in flight"; }
 
+# TLS: what io_uring brings into and takes from the session's buffers.
+psktool -u vg -p "$tmp/keys.psk" > /dev/null
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+server_log=$tmp/vg-tls.log
+server_pidfile=$tmp/vg-tls.pid
+"$PDIO" serve --exit-with-parent --port "$port" --tls-psk "$tmp/keys.psk" --tls=on \
+    "$big" > "$server_log" 2>&1 &
+server_pid=$!
+echo $server_pid > "$server_pidfile"
+at_exit "kill $server_pid 2>/dev/null"
+wait_until 120 grep -q '^uri: ' "$server_log" || { cat "$server_log"; fail "pdio serve with TLS did not start"; }
+tls_uri="nbds://vg@localhost:$port/?tls-psk-file=$tmp/keys.psk"
+make_image "$tmp/tls-in" $((4 * 1024 * 1024 + 1234)) $((seed + 1))
+run_client nbdcopy "$tmp/tls-in" "$tls_uri"
+run_client nbdcopy "$tls_uri" "$tmp/tls-out"
+cmp "$tmp/tls-in" "$tmp/tls-out" || fail "nbdcopy over TLS under valgrind: wrong data"
+stop_server
+[ $server_status = 0 ] || fail "pdio serve with TLS exited $server_status"
+
 valgrind_logs_empty "$tmp"
-[ $vg_logs -eq 4 ] || fail "valgrind wrote $vg_logs logs, not 4: did every server run under it?"
+[ $vg_logs -eq 5 ] || fail "valgrind wrote $vg_logs logs, not 5: did every server run under it?"
 echo "valgrind memcheck over pdio serve: no errors, no definite leaks ($vg_logs process logs, all empty; every server exited 0)"

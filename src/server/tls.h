@@ -1,0 +1,100 @@
+/* TLS for pdio's own server (GnuTLS): the credentials, loaded once by
+ * pdio serve, and each connection's TLS session after NBD_OPT_STARTTLS.
+ *
+ * The record layer runs on the worker's ring like the rest of the
+ * connection: GnuTLS reads and writes through push and pull functions over
+ * two buffers of the connection's own, which io_uring receives fill and
+ * sends drain.  Nothing blocks and no thread is added: when GnuTLS wants
+ * bytes that have not come, a receive is queued and the step is retried
+ * from its completion.  Without TLS none of this runs: conn.c's receives
+ * and sends go straight to the socket, as before.
+ *
+ * No GnuTLS type appears here, so pdio(1) needs no GnuTLS headers.
+ */
+#ifndef PDIO_SERVER_TLS_H
+#define PDIO_SERVER_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/uio.h>
+
+struct pdio_log;
+struct pdio_thread;
+struct pdio_completion;
+
+enum pdio_tls_mode {
+  PDIO_TLS_OFF,                 /* STARTTLS gets NBD_REP_ERR_POLICY */
+  PDIO_TLS_ON,                  /* offered; plain clients served too */
+  PDIO_TLS_REQUIRE,             /* nothing but STARTTLS and ABORT before TLS */
+};
+
+/* What pdio serve's --tls* options say.  One of certificates (a directory
+ * with ca-cert.pem, server-cert.pem and server-key.pem, as nbdkit and qemu
+ * name them) and psk_file (psktool's "identity:hex-key" lines) is set
+ * unless mode is PDIO_TLS_OFF.
+ */
+struct pdio_tls_config {
+  enum pdio_tls_mode mode;
+  const char *certificates;
+  const char *psk_file;
+  bool verify_peer;             /* x509: a client certificate signed by
+                                   ca-cert.pem, valid now, is required */
+  const char *const *authz;     /* if n_authz: the only client certificate
+                                   DNs (RFC 4514, as certtool -i prints
+                                   "Subject:") or PSK identities let in */
+  size_t n_authz;
+};
+
+/* The loaded credentials, shared read-only by every worker. */
+struct pdio_tls;
+
+/* 0, or -errno with the reason (the file, what is wrong) logged. */
+extern int pdio_tls_new (const struct pdio_tls_config *cfg,
+                         const struct pdio_log *log, struct pdio_tls **out);
+extern void pdio_tls_free (struct pdio_tls *tls);
+extern enum pdio_tls_mode pdio_tls_mode (const struct pdio_tls *tls);
+
+/* --- one connection's session (conn.c) ----------------------------------- */
+struct tls_conn;
+
+/* handshake_done (opaque, why) runs once the TLS handshake is over: why
+ * is NULL if the client is in (the handshake succeeded, the peer was
+ * verified and authorized), else what went wrong.  settled (opaque) runs
+ * when the last of the session's own ring operations completes with no
+ * receive or send of the connection's to answer (so that a dead
+ * connection can be freed).  Each is the last thing a completion does.
+ * NULL with *why set if the session cannot be made.
+ */
+extern struct tls_conn *tls_conn_new (const struct pdio_tls *tls,
+                                      struct pdio_thread *t, int fd,
+                                      void (*handshake_done) (void *opaque,
+                                                              const char *why),
+                                      void (*settled) (void *opaque),
+                                      void *opaque, const char **why);
+/* Only once tls_conn_busy is false. */
+extern void tls_conn_free (struct tls_conn *tc);
+/* Starts the TLS handshake (handshake_done may run before it returns, if
+ * the ring refuses what it needs).
+ */
+extern void tls_conn_handshake (struct tls_conn *tc);
+/* Something of it is on the ring: the connection must outlive it. */
+extern bool tls_conn_busy (const struct tls_conn *tc);
+/* Who the client is (certificate DN or PSK identity), once in. */
+extern const char *tls_conn_peer (const struct tls_conn *tc);
+
+/* Like an io_uring recv (waitall: MSG_WAITALL) or recvmsg into iov, and
+ * a sendmsg of iov: done->fn (done, res, 0) runs later from a completion
+ * with the plaintext bytes received or sent (a send may take fewer than
+ * offered; a receive without waitall returns what there is), 0 at the
+ * end of the stream, or -errno.  At most one of each at a time.  false if
+ * the ring refused it.
+ */
+extern bool tls_conn_recv (struct tls_conn *tc, const struct iovec *iov,
+                           int iovcnt, bool waitall,
+                           struct pdio_completion *done);
+extern bool tls_conn_send (struct tls_conn *tc, const struct iovec *iov,
+                           int iovcnt, struct pdio_completion *done);
+/* What to cancel for a pending tls_conn_recv (io_uring_prep_cancel). */
+extern void *tls_conn_recv_token (struct tls_conn *tc);
+
+#endif /* PDIO_SERVER_TLS_H */
