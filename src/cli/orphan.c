@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pdio.h"
 
@@ -79,6 +80,12 @@ orphans_load (const struct record *recs, size_t nrecs, size_t *n)
   DIR *dir;
 
   *n = 0;
+  /* Without the records (the run directory is 0700: another user's
+   * list), every device of pdio's would look like one.  An orphan's
+   * attach made the directory before it connected the device.
+   */
+  if (access (rundir (), R_OK | X_OK) == -1)
+    return NULL;
   snprintf (path, sizeof path, "%s/block", sysfs ());
   dir = opendir (path);
   if (dir == NULL)

@@ -484,7 +484,8 @@ extern int64_t image_cached_bytes (const char *image);
  * (orphan set) made from what is left -- the identifier, the attachment's
  * files it names, sysfs -- so that list and detach treat it as they treat
  * a recorded one.  recs are the records (records_load).  NULL with *n = 0
- * if there are none.
+ * if there are none, or if the run directory cannot be read (then
+ * neither can the records).
  */
 extern struct record *orphans_load (const struct record *recs, size_t nrecs,
                                     size_t *n);
