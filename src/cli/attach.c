@@ -439,6 +439,9 @@ connect_device (const struct attach_opts *o, struct attach *a)
     close (lock);
     return false;
   }
+  /* Killed here, attach leaves an orphan (orphan.c). */
+  if (test_break ("die-after-connect"))
+    raise (SIGKILL);
   if (record_load_device (a->rec.device, &old) == 0)
     clear_stale (&old);
   if (record_write (&a->rec) == -1) {
@@ -494,9 +497,9 @@ static int
 attach_claimed (const struct attach_opts *o, struct attach *a)
 {
   struct server_info info;
-  struct record *recs;
+  struct record *recs, *orphans;
   char why[PATH_MAX + 64];
-  size_t n;
+  size_t n, norphans;
 
   /* A record outlives its supervisor (killed): the image may still be
    * attached without a claim held.
@@ -510,6 +513,22 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
       free (recs);
       return EXIT_FAILED;
     }
+  /* Nor is there a record of a device whose attach was killed before it
+   * wrote one; its server still holds the image.  Refused rather than
+   * adopted: what it was attached with is not known, and a detach is a
+   * known way back.
+   */
+  orphans = orphans_load (recs, n, &norphans);
+  for (size_t i = 0; i < norphans; i++)
+    if (strcmp (orphans[i].name, a->rec.name) == 0) {
+      errorf (CMD ": %s: already connected to %s by an attach that was "
+              "interrupted before it recorded it (pdio detach %s)", o->image,
+              orphans[i].device, orphans[i].device);
+      free (orphans);
+      free (recs);
+      return EXIT_FAILED;
+    }
+  free (orphans);
   if (o->device && !check_device (o, recs, n)) {
     free (recs);
     return EXIT_FAILED;

@@ -26,6 +26,16 @@
 
 #include "pdio.h"
 
+void
+identity_name (bool blk, dev_t dev, unsigned long long ino, char *name,
+               size_t len)
+{
+  if (blk)
+    snprintf (name, len, "blk-%u-%u", major (dev), minor (dev));
+  else
+    snprintf (name, len, "img-%llx-%llu", (unsigned long long) dev, ino);
+}
+
 bool
 image_name (const char *image, char *name, size_t len)
 {
@@ -34,10 +44,9 @@ image_name (const char *image, char *name, size_t len)
   if (stat (image, &st) == -1)
     return false;
   if (S_ISBLK (st.st_mode))
-    snprintf (name, len, "blk-%u-%u", major (st.st_rdev), minor (st.st_rdev));
+    identity_name (true, st.st_rdev, 0, name, len);
   else
-    snprintf (name, len, "img-%llx-%llu", (unsigned long long) st.st_dev,
-              (unsigned long long) st.st_ino);
+    identity_name (false, st.st_dev, st.st_ino, name, len);
   return true;
 }
 
@@ -121,6 +130,22 @@ claim_take (const char *name, const char *doing, unsigned wait_ms,
     }
     close (fd);
   }
+}
+
+bool
+claim_held (const char *name, struct claim_holder *h)
+{
+  char path[PATH_MAX];
+  int fd;
+
+  memset (h, 0, sizeof *h);
+  claim_path (name, path, sizeof path);
+  fd = open (path, O_RDONLY | O_CLOEXEC);
+  if (fd == -1)
+    return false;
+  read_holder (fd, h);
+  close (fd);
+  return h->pid != 0;
 }
 
 void

@@ -151,7 +151,7 @@ image_cached_bytes (const char *image)
   return total;
 }
 
-static pid_t
+pid_t
 read_pidfile (const char *path)
 {
   FILE *fp = fopen (path, "re");

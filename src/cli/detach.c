@@ -6,7 +6,10 @@
  * remove its files from the run directory.  A device that is mounted or
  * held is refused unless --force.  Records whose server or device is gone
  * (stale) are cleaned up as well; a device whose number the kernel has
- * given to another attachment since is left alone.
+ * given to another attachment since is left alone.  A device connected
+ * by an attach that died before its record (orphan.c) goes the same way,
+ * its server found by the pid file of the attachment its identifier
+ * names.
  */
 #include <config.h>
 
@@ -151,9 +154,16 @@ detach_one (const struct detach_opts *o, const struct record *rec)
       r = &fresh;
   }
   /* The supervisor let go of it by exiting; anyone else (pdio restart's
-   * new supervisor) keeps it.
+   * new supervisor) keeps it.  An orphan's is free (orphan.c): someone
+   * who took it since owns the attachment's files and server.
    */
   claim = claim_take (r->name, "detaching", 2000, &h);
+  if (claim < 0 && r->orphan) {
+    if (h.pid)
+      errorf (CMD ": %s: its image is claimed by pid %d (%s) since it was "
+              "found", r->device, (int) h.pid, h.doing);
+    return EXIT_FAILED;
+  }
   if (claim >= 0)
     claim_note (claim, "detaching", r->device);
   st = detach_claimed (o, r, idx);
@@ -164,7 +174,7 @@ detach_one (const struct detach_opts *o, const struct record *rec)
   return st;
 }
 
-/* The record a DEVICE or IMAGE argument names; NULL with a message. */
+/* The record a DEVICE or IMAGE argument names, or NULL. */
 static const struct record *
 find (const char *what, const struct record *recs, size_t n)
 {
@@ -182,11 +192,6 @@ find (const char *what, const struct record *recs, size_t n)
                    (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
                    strcmp (recs[i].image, what) == 0)
       return &recs[i];
-  if (idx >= 0)
-    errorf (CMD ": %s: not attached by pdio (no record in %s)", what,
-            rundir ());
-  else
-    errorf (CMD ": %s: not attached", what);
   return NULL;
 }
 
@@ -194,8 +199,8 @@ int
 cmd_detach (int argc, char **argv)
 {
   struct detach_opts o;
-  struct record *recs;
-  size_t n;
+  struct record *recs, *orphans;
+  size_t n, norphans;
   int r, lock;
 
   r = parse (argc, argv, &o);
@@ -207,16 +212,32 @@ cmd_detach (int argc, char **argv)
   if (lock == -1)
     return EXIT_FAILED;
   recs = records_load (&n);
+  orphans = orphans_load (recs, n, &norphans);
   if (o.all) {
     for (size_t i = 0; i < n; i++)
       if (detach_one (&o, &recs[i]) != EXIT_OK)
+        r = EXIT_FAILED;
+    for (size_t i = 0; i < norphans; i++)
+      if (detach_one (&o, &orphans[i]) != EXIT_OK)
         r = EXIT_FAILED;
   }
   else {
     const struct record *rec = find (o.what, recs, n);
 
-    r = rec ? detach_one (&o, rec) : EXIT_FAILED;
+    if (rec == NULL)
+      rec = find (o.what, orphans, norphans);
+    if (rec)
+      r = detach_one (&o, rec);
+    else {
+      if (nbd_index (o.what) >= 0)
+        errorf (CMD ": %s: not attached by pdio (no record in %s, and not "
+                "connected with a pdio identifier)", o.what, rundir ());
+      else
+        errorf (CMD ": %s: not attached", o.what);
+      r = EXIT_FAILED;
+    }
   }
+  free (orphans);
   free (recs);
   close (lock);
   return r;

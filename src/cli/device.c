@@ -56,6 +56,23 @@ backend_id (const char *image, char *buf, char *why, size_t len)
   return true;
 }
 
+bool
+backend_parse (const char *backend, char *name, size_t len,
+               const char **image)
+{
+  unsigned maj, min;
+  unsigned long long ino;
+  int end = 0;
+
+  if (sscanf (backend, "pdio:%u:%u:%llu:%n", &maj, &min, &ino, &end) != 3 ||
+      end == 0)
+    return false;
+  /* backend_id gives a block device inode 0, which no file has. */
+  identity_name (ino == 0, makedev (maj, min), ino, name, len);
+  *image = backend + end;
+  return true;
+}
+
 /* The flags a device keeps: a device past nbds_max was made for us and
  * goes when it is disconnected, so that none pile up; the module's own
  * nbd0 .. nbd(nbds_max-1) stay, as users of other clients expect.

@@ -1,13 +1,17 @@
 /* pdio list [--json]: what pdio attached, checked against the kernel and
  * the process table, in columns like losetup --list or JSON like
  * losetup --json; the JSON adds what each device costs in memory (its
- * server's and supervisor's RSS and PSS, null where they cannot be read).  STATUS is "ok" ("ok, unsupervised" once the supervisor
- * is gone), or says what is stale: "server gone" (its server exited and
- * no supervisor replaces it) or "disconnected" (the device is no longer
- * connected); "pdio detach" cleans up either.  While the supervisor brings a server
- * back it is "restarting"; if it gave up, "failed: WHY".  Once a server
- * was restarted, the text adds the last reason, the JSON has it in
- * "reason" with "restarts" and the supervisor's pid.
+ * server's and supervisor's RSS and PSS, null where they cannot be
+ * read).  STATUS is "ok" ("ok, unsupervised" once the supervisor is
+ * gone), or says what is stale: "server gone" (its server exited and no
+ * supervisor replaces it) or "disconnected" (the device is no longer
+ * connected); "pdio detach" cleans up either.  While the supervisor
+ * brings a server back it is "restarting"; if it gave up, "failed: WHY".
+ * Once a server was restarted, the text adds the last reason, the JSON
+ * has it in "reason" with "restarts" and the supervisor's pid.  A device
+ * pdio connected but has no record of (an attach killed half way:
+ * orphan.c) is listed too: "no record: attach was interrupted; pdio
+ * detach /dev/nbdN".
  */
 #include <config.h>
 
@@ -23,7 +27,7 @@
 
 struct row {
   const struct record *r;
-  const char *status;
+  char status[300];             /* a reason, and some */
   int64_t cached;               /* bytes, -1 unknown */
 };
 
@@ -35,7 +39,8 @@ usage (FILE *fp)
 "Show the devices pdio attached: device, image, read-only, connections,\n"
 "block size, direct-I/O alignment, server pid, how often the server was\n"
 "restarted, the image's bytes in the page cache (expected: 0), its size\n"
-"as served (pdio resize changes it) and whether the attachment is alive.\n"
+"as served (pdio resize changes it) and whether the attachment is alive;\n"
+"also a device pdio connected but has no record of (its attach was killed).\n"
 "\n"
 "      --json             as JSON, with the front end (pdio or nbdkit), the\n"
 "                         backend identifier, the supervisor's pid, and the\n"
@@ -44,21 +49,22 @@ usage (FILE *fp)
 "      --noheadings       no header line\n");
 }
 
-static const char *
-status_of (const struct record *r)
+static void
+status_of (const struct record *r, char *buf, size_t len)
 {
-  static char buf[sizeof r->reason + 32];
   bool supervised = pid_is_supervisor (r->supervisor_pid);
 
-  if (r->gave_up) {
-    snprintf (buf, sizeof buf, "failed: %s", r->reason);
-    return buf;
-  }
-  if (!pid_alive (r->server_pid) || !pid_is_server (r->server_pid))
-    return supervised ? "restarting" : "server gone";
-  if (!device_is_ours (r))
-    return "disconnected";
-  return supervised ? "ok" : "ok, unsupervised";
+  if (r->orphan)
+    snprintf (buf, len, "no record: attach was interrupted; pdio detach %s",
+              r->device);
+  else if (r->gave_up)
+    snprintf (buf, len, "failed: %s", r->reason);
+  else if (!pid_alive (r->server_pid) || !pid_is_server (r->server_pid))
+    snprintf (buf, len, "%s", supervised ? "restarting" : "server gone");
+  else if (!device_is_ours (r))
+    snprintf (buf, len, "disconnected");
+  else
+    snprintf (buf, len, "%s", supervised ? "ok" : "ok, unsupervised");
 }
 
 static void
@@ -157,6 +163,13 @@ print_json (const struct row *rows, size_t n)
   printf ("%s]\n}\n", n ? "\n   " : "");
 }
 
+static int
+by_device (const void *a, const void *b)
+{
+  return nbd_index (((const struct row *) a)->r->device) -
+         nbd_index (((const struct row *) b)->r->device);
+}
+
 int
 cmd_list (int argc, char **argv)
 {
@@ -167,9 +180,9 @@ cmd_list (int argc, char **argv)
     { NULL, 0, NULL, 0 },
   };
   bool json = false, headings = true;
-  struct record *recs;
+  struct record *recs, *orphans;
   struct row *rows;
-  size_t n;
+  size_t nrecs, norphans, n;
   int c;
 
   while ((c = getopt_long (argc, argv, "+Jnh", longopts, NULL)) != -1)
@@ -183,23 +196,30 @@ cmd_list (int argc, char **argv)
     errorf (CMD ": unexpected argument: %s", argv[optind]);
     return EXIT_USAGE;
   }
-  recs = records_load (&n);
+  recs = records_load (&nrecs);
+  orphans = orphans_load (recs, nrecs, &norphans);
+  n = nrecs + norphans;
   rows = calloc (n ? n : 1, sizeof *rows);
   if (rows == NULL) {
     errorf (CMD ": %m");
+    free (orphans);
     free (recs);
     return EXIT_FAILED;
   }
   for (size_t i = 0; i < n; i++) {
-    rows[i].r = &recs[i];
-    rows[i].status = status_of (&recs[i]);
-    rows[i].cached = image_cached_bytes (recs[i].image);
+    const struct record *r = i < nrecs ? &recs[i] : &orphans[i - nrecs];
+
+    rows[i].r = r;
+    status_of (r, rows[i].status, sizeof rows[i].status);
+    rows[i].cached = image_cached_bytes (r->image);
   }
+  qsort (rows, n, sizeof *rows, by_device);
   if (json)
     print_json (rows, n);
   else
     print_table (rows, n, headings);
   free (rows);
+  free (orphans);
   free (recs);
   return EXIT_OK;
 }

@@ -230,6 +230,8 @@ struct record {
   bool nbdkit;                  /* nbdkit + plugin, else pdio serve */
   char plugin[PATH_MAX];        /* with nbdkit: the plugin */
   unsigned threads;             /* pdio serve: worker threads */
+  /* Not a record read from the run directory: an orphan (orphan.c). */
+  bool orphan;
 };
 /* Creates the run directory and takes its lock, which orders the changes
  * of device numbers: attach holds it from NBD_CMD_CONNECT until the
@@ -269,6 +271,11 @@ extern void state_remove (const struct record *r);
  * set) if it cannot be stat'ed.
  */
 extern bool image_name (const char *image, char *name, size_t len);
+/* The same name from the identity's parts: a block device's number (blk),
+ * or a file's file system and inode.
+ */
+extern void identity_name (bool blk, dev_t dev, unsigned long long ino,
+                           char *name, size_t len);
 /* Who holds a claim: the process, and the device once it has one. */
 struct claim_holder {
   pid_t pid;
@@ -285,6 +292,10 @@ struct claim_holder {
  */
 extern int claim_take (const char *name, const char *doing, unsigned wait_ms,
                        struct claim_holder *h);
+/* Someone (not this process) holds the claim of NAME: true, *h naming
+ * them.  Takes nothing.
+ */
+extern bool claim_held (const char *name, struct claim_holder *h);
 /* What the holder is doing and on which device, for the others. */
 extern void claim_note (int fd, const char *doing, const char *device);
 /* Removes the claim file and lets go (the attachment is gone). */
@@ -387,6 +398,12 @@ extern bool device_resize (const struct record *r, uint64_t size, char *why,
  * gives another.
  */
 extern bool backend_id (const char *image, char *buf, char *why, size_t len);
+/* The other way: the attachment's name (image_name) and the image's path
+ * (its end, if it was too long) in an identifier backend_id made; false
+ * if it is not one of pdio's.
+ */
+extern bool backend_parse (const char *backend, char *name, size_t len,
+                           const char **image);
 /* Someone uses the device: mounted or held (nbd_busy), or open in a
  * process (/proc/PID/fd); what and who, in buf.
  */
@@ -479,12 +496,27 @@ extern pid_t server_start (const struct server_opts *o, const char *log,
  */
 extern bool server_query (const char *socket, const char *port, unsigned ms,
                           struct server_info *info, char *why, size_t len);
+/* The pid in a server's pid file; 0 if none. */
+extern pid_t read_pidfile (const char *path);
 /* SIGTERM, up to 10 s, then SIGKILL; waits for it to be gone. */
 extern void server_stop (pid_t pid);
 /* Waits up to ms until no process holds a lock on the image. */
 extern bool image_lock_free (const char *image, unsigned ms);
 /* Bytes of the image in the page cache (mincore), or -1. */
 extern int64_t image_cached_bytes (const char *image);
+
+/* --- orphan.c: devices pdio connected but has no record of -------------- */
+/* A device connected with a pdio identifier (backend_parse) that no
+ * record is of, and whose image nobody claims: an attach was killed
+ * between NBD_CMD_CONNECT and its record.  Each as a record of its own
+ * (orphan set) made from what is left -- the identifier, the attachment's
+ * files it names, sysfs -- so that list and detach treat it as they treat
+ * a recorded one.  recs are the records (records_load).  NULL with *n = 0
+ * if there are none, or if the run directory cannot be read (then
+ * neither can the records).
+ */
+extern struct record *orphans_load (const struct record *recs, size_t nrecs,
+                                    size_t *n);
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */

@@ -270,8 +270,11 @@ state_remove (const struct record *r)
     state_path (r->name, named[i], path, sizeof path);
     unlink (path);
   }
-  if (r->device[0] == '\0')
-    return;                     /* a failed attach, before the kernel's pick */
+  /* A failed attach, before the kernel's pick; or an orphan, which has
+   * none (a record there is another attachment's).
+   */
+  if (r->device[0] == '\0' || r->orphan)
+    return;
   state_path (r->device, "supervisor.log", path, sizeof path);
   unlink (path);
   state_path (r->device, "rec", path, sizeof path);

@@ -20,6 +20,8 @@
  *   no-udev-settle        attach --autoclear does not wait for udev
  *   no-umount-helper      mount.pdio does not mark its mounts helper=pdio
  *   fail-after-connect    attach fails once the device is connected
+ *   die-after-connect     attach is killed (SIGKILL) once the device is
+ *                         connected, before it records it: an orphan
  *   no-backend            attach gives the kernel no backend identifier
  *   backend-mismatch      resize's reconfigure names another image
  *   resize-no-reconfigure resize does not tell the kernel the new size

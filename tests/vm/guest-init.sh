@@ -706,6 +706,69 @@ fe_failed_attach() {
     detail "exit status 1, no device connected, no nbdkit, no state left"
 }
 
+# attach killed between NBD_CMD_CONNECT and its record (the test build's
+# break point die-after-connect: SIGKILL, as from the OOM killer) leaves
+# the device connected with its server and no record: an orphan.  pdio
+# list must show it with the way out, an attach of the image be refused
+# naming it (the orphan's server holds the image), and pdio detach clean
+# it up like a recorded device -- by device, by image and with --all:
+# device disconnected, server gone, no supervisor, nothing in the run
+# directory, fincore 0.
+fe_make_orphan() {
+    rc=0
+    PDIO_TEST_BREAK=die-after-connect /pdio/broken/pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" = 1 ] || { echo "attach exited with $rc"; return 1; }
+    d=
+    for b in /sys/block/nbd*; do
+        [ ! -f "$b/pid" ] || d=/dev/${b##*/}
+    done
+    [ -n "$d" ] || { echo "no device left connected"; return 1; }
+    grep -q "^pdio:[0-9]*:[0-9]*:[0-9]*:$FE_IMG\$" "/sys/block/${d#/dev/}/backend"
+    [ ! -e "$PDIO_RUN/${d#/dev/}.rec" ] || { echo "$d has a record"; return 1; }
+    [ -z "$(comm_pids pdio-supervise)" ] || { echo "a supervisor runs"; return 1; }
+    echo "$d" > "$STATE/fe.orphan"
+}
+fe_orphan_gone() {
+    d=$1 pid=$2
+    if fe_connected "${d#/dev/nbd}"; then echo "$d still connected"; return 1; fi
+    [ ! -d "/proc/$pid" ] || { echo "server $pid still runs"; return 1; }
+    fe_no_state
+    fe_no_server
+    left=$(ls "$PDIO_RUN" | grep -v '^lock$' || true)
+    [ -z "$left" ] || { echo "left in $PDIO_RUN: $left"; return 1; }
+    [ "$(fincore_pages "$FE_IMG")" = 0 ]
+}
+fe_orphan() {
+    fe_make_orphan
+    d=$(cat "$STATE/fe.orphan")
+    pid=$(server_pids)
+    [ -n "$pid" ] || { echo "no server left by the killed attach"; return 1; }
+    want="no record: attach was interrupted; pdio detach $d"
+    pdio list | tee "$STATE/fe.list"
+    grep -q "^$d  *$FE_IMG  .* $pid  .* $want\$" "$STATE/fe.list"
+    pdio list --json > "$STATE/fe.json"
+    [ "$(jq -r --arg d "$d" '.nbddevices[] | select(.name == $d) | .status' "$STATE/fe.json")" = "$want" ]
+    [ "$(jq -r --arg d "$d" '.nbddevices[] | select(.name == $d) | .pid' "$STATE/fe.json")" = "$pid" ]
+    rc=0; pdio attach "$FE_IMG" 2> "$STATE/fe.err" || rc=$?
+    cat "$STATE/fe.err"
+    [ "$rc" = 1 ]
+    grep -qF "$FE_IMG: already connected to $d by an attach that was interrupted before it recorded it (pdio detach $d)" "$STATE/fe.err"
+    [ "$(server_pids)" = "$pid" ] || { echo "servers: $(server_pids), expected $pid alone"; return 1; }
+    pdio detach "$d"
+    fe_orphan_gone "$d" "$pid"
+    # By the image, and with --all.
+    fe_make_orphan
+    d2=$(cat "$STATE/fe.orphan") pid2=$(server_pids)
+    pdio detach "$FE_IMG"
+    fe_orphan_gone "$d2" "$pid2"
+    fe_make_orphan
+    d3=$(cat "$STATE/fe.orphan") pid3=$(server_pids)
+    pdio detach --all
+    fe_orphan_gone "$d3" "$pid3"
+    detail "$d (server $pid) listed, attach refused, detached by device; again by image ($d2) and --all ($d3): nothing left, fincore 0"
+}
+
 scenario_cli() {
     step "cli: pdio attach prints the device, 512-byte blocks, 1 connection" fe_attach
     step "cli: pdio list and list --json show it" fe_list
@@ -717,6 +780,7 @@ scenario_cli() {
     step "cli: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
     step "cli: pdio detach --force of a mounted device" fe_detach_force
     step "cli: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
+    step "cli: an attach killed after the connect: list shows the device, attach refused naming it, detach (device, image, --all) leaves nothing" fe_orphan
 }
 
 # --- the device outlives its server ------------------------------------------------

@@ -1,0 +1,113 @@
+/* Devices pdio connected but has no record of.  attach connects the
+ * device, then writes its record; killed in between (SIGKILL, the OOM
+ * killer), it leaves a connected device and a live server that list,
+ * detach and attach would not know of.  What is left names them: the
+ * device's backend identifier (/sys/block/nbdN/backend) is the image's
+ * identity, hence the attachment's name, hence its pid file and socket.
+ * A device is an orphan only while nobody holds the image's claim: from
+ * before the connect until the record is written, attach holds it, so
+ * an attach still under way is never taken for one.
+ */
+#include <config.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pdio.h"
+
+/* A record is of the device: the device it names is connected with its
+ * backend (or, in a record of an older pdio with none, is that device).
+ */
+static bool
+recorded (int idx, const char *backend, const struct record *recs,
+          size_t nrecs)
+{
+  for (size_t i = 0; i < nrecs; i++)
+    if (nbd_index (recs[i].device) == idx &&
+        (recs[i].backend[0] == '\0' || strcmp (recs[i].backend, backend) == 0))
+      return true;
+  return false;
+}
+
+/* The orphan on nbdIDX, from its identifier, into r; false if it is not
+ * one.
+ */
+static bool
+orphan_at (int idx, const struct record *recs, size_t nrecs,
+           struct record *r)
+{
+  char backend[BACKEND_ID_MAX], name[sizeof r->name], pidfile[PATH_MAX];
+  struct claim_holder h;
+  const char *image;
+  pid_t pid;
+
+  if (!nbd_backend (idx, backend, sizeof backend) ||
+      !backend_parse (backend, name, sizeof name, &image) ||
+      recorded (idx, backend, recs, nrecs) || claim_held (name, &h))
+    return false;
+  memset (r, 0, sizeof *r);
+  r->orphan = true;
+  snprintf (r->device, sizeof r->device, "/dev/nbd%d", idx);
+  snprintf (r->name, sizeof r->name, "%s", name);
+  snprintf (r->backend, sizeof r->backend, "%s", backend);
+  snprintf (r->image, sizeof r->image, "%s", image);
+  state_path (name, "sock", r->socket, sizeof r->socket);
+  state_path (name, "pid", pidfile, sizeof pidfile);
+  /* Only a server: the pid may have been reused since. */
+  pid = read_pidfile (pidfile);
+  if (pid > 0 && pid_alive (pid) && pid_is_server (pid)) {
+    char comm[64];
+
+    r->server_pid = pid;
+    r->nbdkit = proc_comm (pid, comm, sizeof comm) &&
+      strcmp (comm, "nbdkit") == 0;
+  }
+  r->size = nbd_size (idx);
+  r->on_demand = idx >= nbd_nbds_max ();
+  return true;
+}
+
+struct record *
+orphans_load (const struct record *recs, size_t nrecs, size_t *n)
+{
+  char path[PATH_MAX];
+  struct record *v = NULL;
+  struct dirent *d;
+  size_t cap = 0;
+  DIR *dir;
+
+  *n = 0;
+  /* Without the records (the run directory is 0700: another user's
+   * list), every device of pdio's would look like one.  An orphan's
+   * attach made the directory before it connected the device.
+   */
+  if (access (rundir (), R_OK | X_OK) == -1)
+    return NULL;
+  snprintf (path, sizeof path, "%s/block", sysfs ());
+  dir = opendir (path);
+  if (dir == NULL)
+    return NULL;
+  while ((d = readdir (dir)) != NULL) {
+    int idx = nbd_index (d->d_name);
+
+    if (idx < 0)
+      continue;
+    if (*n == cap) {
+      struct record *nv = realloc (v, (cap = cap ? cap * 2 : 4) * sizeof *v);
+      if (nv == NULL)
+        break;
+      v = nv;
+    }
+    if (orphan_at (idx, recs, nrecs, &v[*n]))
+      (*n)++;
+  }
+  closedir (dir);
+  if (*n == 0) {
+    free (v);
+    v = NULL;
+  }
+  return v;
+}
