@@ -539,6 +539,12 @@ conn_abort (struct conn *c, const char *why)
 {
   if (c->phase == CONN_DEAD)
     return;
+  /* The refusal itself is a reply, not an end: only a client that goes
+   * away without TLS was turned away, and the operator should hear of it
+   * once (a client that retries with STARTTLS is fine). */
+  if (c->phase == CONN_HANDSHAKE && c->hs && c->hs->refused)
+    worker_log (c->w, PDIO_LOG_WARNING, "connection %d: refused: %s",
+                c->fd, c->hs->refused);
   worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: closing: %s", c->fd, why);
   unstall (c);
   if (c->tx == TX_QUEUED) {

@@ -251,6 +251,8 @@ tls_required (struct nbd_handshake *h)
   if (h->tls_mode != PDIO_TLS_REQUIRE || h->tls_active ||
       h->option == NBD_OPT_STARTTLS || h->option == NBD_OPT_ABORT)
     return false;
+  h->refused = "a client asked for the export without TLS, which is "
+    "required (--tls=require)";
   /* EXPORT_NAME has no error reply: the spec says hang up. */
   if (h->option == NBD_OPT_EXPORT_NAME)
     hang_up (h, "NBD_OPT_EXPORT_NAME before TLS, which is required");
@@ -405,6 +407,7 @@ nbd_hs_tls_started (struct nbd_handshake *h)
     return;                     /* a caller bug */
   h->starttls_after_send = false;
   h->tls_active = true;
+  h->refused = NULL;
   /* The spec: what plain text negotiated may have been tampered with. */
   h->structured = h->meta_base_allocation = false;
   expect (h, HS_OPT_HEADER, NBD_OPTION_HEADER_LEN);

@@ -50,6 +50,9 @@ struct nbd_handshake {
   bool tls_active;              /* STARTTLS done */
   struct nbd_session session;   /* valid once NBD_HS_DONE */
   const char *why;              /* why NBD_HS_CLOSE, for the log */
+  const char *refused;          /* set when an option was refused for want
+                                   of TLS: logged if the client then leaves
+                                   without TLS (cleared by STARTTLS) */
 
   enum {
     HS_CLIENT_FLAGS, HS_OPT_HEADER, HS_OPT_DATA, HS_OPT_DISCARD,

@@ -18,7 +18,9 @@
 #                       align4096,sector4k,reference,cli,recover,
 #                       nbdkit_recover,handover,crash,mount,partitions,resize,ondemand, and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
-#                       pdio's own server), and systemd (the guest execs
+#                       pdio's own server), tls (nbd-client -enable-tls
+#                       against pdio serve on the guest's loopback), and
+#                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all, in that order)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
@@ -48,7 +50,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,tls,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -91,6 +93,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     resize|ondemand) ;;
     crash) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
+    tls) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -227,7 +230,7 @@ SYSTEMD_UNITS="multi-user.target basic.target sysinit.target sockets.target
   systemd-udevd.service systemd-udev-trigger.service
   systemd-udevd-control.socket systemd-udevd-kernel.socket"
 # Bump when the layout of the base archive changes.
-BASE_FORMAT=2
+BASE_FORMAT=4
 
 nbdkit_plugindir=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')
 
@@ -259,6 +262,12 @@ base_files() {
     for r in /lib/udev/rules.d/*.rules; do
         echo "$r $r"
     done
+    # pdio serve dlopens GnuTLS for --tls (ldd cannot see it); its own
+    # libraries come with nbd-client's, which links it.
+    gnutls=$(ldconfig -p | awk '$1 == "libgnutls.so.30" && /x86-64/ { print $NF; exit }')
+    [ -n "$gnutls" ] || { echo "missing libgnutls.so.30 (libgnutls30)" >&2; return 1; }
+    echo "$gnutls $gnutls"
+    echo "$gnutls" >> "$libs"
     for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /etc/mke2fs.conf; do
         if [ -e "$f" ]; then echo "$f $f"; fi
     done
@@ -357,6 +366,40 @@ build_base() {
     rm -rf "$root"
 }
 
+# The tls scenario's credentials, made here (the guest has no certtool):
+# a CA; the server's certificate for localhost and 127.0.0.1 in server/,
+# as pdio serve --tls-certificates reads it; and two clients of that CA,
+# alice (whose DN, in alice.dn, the scenario puts in --tls-authz) and bob.
+make_tls_credentials() {
+    d=$1
+    mkdir -p "$d/server"
+    (
+        set -e
+        cd "$d"
+        umask 077
+        certtool --generate-privkey --outfile ca-key.pem 2>/dev/null
+        printf 'cn = pdio vm test CA\nca\ncert_signing_key\nexpiration_days = 2\n' > ca.info
+        certtool --generate-self-signed --load-privkey ca-key.pem \
+            --template ca.info --outfile ca-cert.pem 2>/dev/null
+        for who in server alice bob; do
+            certtool --generate-privkey --outfile "$who-key.pem" 2>/dev/null
+            case $who in
+            server) printf 'cn = localhost\ndns_name = localhost\nip_address = 127.0.0.1\ntls_www_server\n' ;;
+            *) printf 'o = pdio tests\ncn = %s\ntls_www_client\n' "$who" ;;
+            esac > "$who.info"
+            printf 'encryption_key\nsigning_key\nexpiration_days = 2\n' >> "$who.info"
+            certtool --generate-certificate --load-ca-certificate ca-cert.pem \
+                --load-ca-privkey ca-key.pem --load-privkey "$who-key.pem" \
+                --template "$who.info" --outfile "$who-cert.pem" 2>/dev/null
+        done
+        certtool -i --infile alice-cert.pem | sed -n 's/^[[:space:]]*Subject: //p' > alice.dn
+        [ -s alice.dn ]
+        cp ca-cert.pem server/ca-cert.pem
+        mv server-cert.pem server-key.pem server/
+        rm -f ca-key.pem ./*.info
+    ) > /dev/null
+}
+
 # --- set up the work directory --------------------------------------------------
 if [ -n "$workdir" ]; then
     mkdir -p "$workdir"
@@ -438,6 +481,9 @@ mkdir -p "$ov/usr/sbin"
 ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
 ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
+case ",$scenarios," in
+*,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
+esac
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
     echo "FIO_SIZE='$fio_size'"
