@@ -15,11 +15,13 @@
  */
 #include <config.h>
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pdio.h"
 
@@ -195,6 +197,15 @@ cmd_list (int argc, char **argv)
   if (optind != argc) {
     errorf (CMD ": unexpected argument: %s", argv[optind]);
     return EXIT_USAGE;
+  }
+  /* The records live in a root-only directory: an empty table would
+   * tell another user that nothing is attached. */
+  if (access (rundir (), R_OK | X_OK) == -1 && errno != ENOENT) {
+    int err = errno;
+
+    errorf (CMD ": cannot read %s, where attachments are recorded: %s "
+            "(run pdio list as root)", rundir (), strerror (err));
+    return err == EACCES ? EXIT_NOT_ROOT : EXIT_FAILED;
   }
   recs = records_load (&nrecs);
   orphans = orphans_load (recs, nrecs, &norphans);
