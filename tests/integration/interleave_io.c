@@ -63,7 +63,8 @@ static struct {
   uint8_t *shadow, *initial;
   uint8_t *owner;               /* connection that owns each byte */
   uint32_t *last_write;         /* latest completed write per byte */
-  struct op *writes;            /* copy of every write issued, for reports */
+  struct op *writes;            /* every write issued, with its bytes, for
+                                   reports */
   uint32_t nwrites;
   uint64_t nreads, write_bytes, fua;
 } t;
@@ -136,10 +137,24 @@ fail_byte (uint64_t off, uint8_t got, const char *when)
            t.owner[off], got, t.shadow[off]);
   if (w) {
     const struct op *op = &t.writes[w - 1];
+    uint32_t older = 0;
+
     fprintf (stderr, "  last write to it: #%" PRIu32 " conn %d off=%" PRIu64
-             " len=%" PRIu64 "%s\n", w, op->conn, op->off, op->len,
-             got == t.initial[off] ? "; the byte still has its initial value"
-             " (write lost)" : "");
+             " len=%" PRIu64 "\n", w, op->conn, op->off, op->len);
+    /* A write-back that undoes a write restores what the block held when
+     * it was read: an earlier write's byte, or the initial one. */
+    for (uint32_t i = w - 1; i >= 1 && older == 0; i--) {
+      const struct op *o = &t.writes[i - 1];
+      if (off >= o->off && off < o->off + o->len &&
+          o->buf[off - o->off] == got)
+        older = i;
+    }
+    if (older)
+      fprintf (stderr, "  the byte has the value of the earlier write #%"
+               PRIu32 " (write lost)\n", older);
+    else if (got == t.initial[off])
+      fprintf (stderr, "  the byte still has its initial value"
+               " (write lost)\n");
   }
   else
     fprintf (stderr, "  never written: the initial image had 0x%02x\n",
@@ -169,9 +184,10 @@ complete (struct op *op)
     for (uint64_t i = 0; i < op->len; i++)
       t.last_write[op->off + i] = op->no;
   }
-  else
+  else {
     check (op->buf, op->off, op->len, "read during the writes");
-  free (op->buf);
+    free (op->buf);             /* a write's stays in t.writes */
+  }
   free (op);
 }
 
@@ -234,7 +250,7 @@ issue (struct op *op, int slot)
     }
     op->no = ++t.nwrites;
     t.writes[op->no - 1] = (struct op) {
-      .conn = op->conn, .off = op->off, .len = op->len,
+      .conn = op->conn, .off = op->off, .len = op->len, .buf = op->buf,
     };
     t.write_bytes += op->len;
     cookie = nbd_aio_pwrite (h, op->buf, op->len, op->off, cb, flags);
