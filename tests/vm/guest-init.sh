@@ -474,21 +474,28 @@ fe_no_state() {
     left=$(ls "$PDIO_RUN" | grep '^nbd[0-9]' || true)
     [ -z "$left" ] || { echo "left in $PDIO_RUN: $left"; return 1; }
 }
+# Process $1 has exited: gone, or a zombie.  A server whose parent died
+# (an interrupted attach's) is this shell's child, and the shell (PID 1)
+# reaps it only at its next wait, after pdio has already seen it exit.
+proc_gone() {
+    st=$(sed -n 's/^.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null || true)
+    [ -z "$st" ] || [ "$st" = Z ]
+}
 # The pids of servers: nbdkit, or pdio's own (comm "pdio": pdio serve is
 # the only pdio process that outlives a command; the guest's busybox has
-# no pgrep).
+# no pgrep).  Zombies are not servers.
 server_pids() {
     for c in /proc/[0-9]*/comm; do
         case $(cat "$c" 2>/dev/null) in
-        nbdkit|pdio) p=${c%/comm}; echo "${p#/proc/}" ;;
+        nbdkit|pdio) p=${c%/comm}; p=${p#/proc/}; proc_gone "$p" || echo "$p" ;;
         esac
     done
 }
-# The pids of processes whose comm is $1.
+# The pids of (live) processes whose comm is $1.
 comm_pids() {
     for c in /proc/[0-9]*/comm; do
         if [ "$(cat "$c" 2>/dev/null)" = "$1" ]; then
-            p=${c%/comm}; echo "${p#/proc/}"
+            p=${c%/comm}; p=${p#/proc/}; proc_gone "$p" || echo "$p"
         fi
     done
 }
@@ -645,7 +652,7 @@ fe_detach() {
     pdio detach "$(fe_dev)"
     # (No "! cmd" here: set -e ignores it.)
     if fe_connected "$(fe_idx)"; then echo "still connected"; return 1; fi
-    [ ! -d "/proc/$pid" ]
+    proc_gone "$pid"
     fe_no_state
     fe_no_server
     pages=$(fincore_pages "$FE_IMG")
@@ -681,7 +688,7 @@ fe_detach_force() {
     mount -t ext4 -o ro "$d" "$MNT"
     pid=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
     pdio detach --force "$d"
-    [ ! -d "/proc/$pid" ]
+    proc_gone "$pid"
     fe_no_state
     fe_no_server
     umount "$MNT"
@@ -732,7 +739,7 @@ fe_make_orphan() {
 fe_orphan_gone() {
     d=$1 pid=$2
     if fe_connected "${d#/dev/nbd}"; then echo "$d still connected"; return 1; fi
-    [ ! -d "/proc/$pid" ] || { echo "server $pid still runs"; return 1; }
+    proc_gone "$pid" || { echo "server $pid still runs"; return 1; }
     fe_no_state
     fe_no_server
     left=$(ls "$PDIO_RUN" | grep -v '^lock$' || true)
@@ -1036,9 +1043,9 @@ rc_supervisor_killed() {
     umount "$MNT"
     pdio detach "$(rc_dev)"
     if fe_connected "$(rc_idx)"; then echo "still connected"; return 1; fi
-    [ ! -d "/proc/$server" ]
-    [ ! -d "/proc/$server3" ]
-    [ ! -d "/proc/$sup2" ]
+    proc_gone "$server"
+    proc_gone "$server3"
+    proc_gone "$sup2"
     fe_no_state
     fe_no_server
     detail "supervisor $sup killed: fio $fioerrs errors; pdio restart: supervisor $sup2, server $server -> $server2, killed -> $server3 (restarts $r0 -> $(($r0 + 2))); kernel I/O errors $(($(nbd_io_errors) - errs0)); detach left no server, no supervisor, no state"
@@ -1274,7 +1281,7 @@ ho_fallback() {
     [ "$rc" = 0 ]
     grep -q "hand-over failed, fresh connections instead (.*cannot take over from the server on " "$STATE/ho.fb"
     [ "$(rc_field restarts)" = $((r0 + 1)) ]
-    [ "$new" != "$old" ] && [ -d "/proc/$new" ] && [ ! -d "/proc/$old" ]
+    [ "$new" != "$old" ] && [ -d "/proc/$new" ] && proc_gone "$old"
     cmp /tmp/ho.pat "$MNT/after-fallback"
 }
 
@@ -1373,7 +1380,7 @@ cr_hung() {
     [ ! -s "$STATE/rc.fiofail" ] || { cat "$STATE/rc.fiofail"; return 1; }
     [ "$fioerrs" = 0 ] && [ "$(nbd_io_errors)" = 0 ]
     case $reason in "server hung: no answer for "*) ;; *) return 1 ;; esac
-    [ ! -d "/proc/$old" ]
+    proc_gone "$old"
 }
 
 cr_detach() {
@@ -2101,8 +2108,8 @@ sd_stop() {
     [ "$result" = success ]
     [ "$gone" = yes ]
     [ -z "$left" ]
-    [ ! -d "/proc/$server" ]
-    [ ! -d "/proc/$sup" ]
+    proc_gone "$server"
+    proc_gone "$sup"
 }
 
 # What was written under systemd is in the image: mounted again, read-only,
