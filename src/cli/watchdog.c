@@ -20,7 +20,6 @@
  */
 #include <config.h>
 
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -86,32 +85,25 @@ watchdog_forget (struct watchdog *w)
 static size_t
 reply_len (const struct watchdog *w)
 {
-  uint32_t error;
-
   if (w->got < NBD_SIMPLE_REPLY_LEN)
     return NBD_SIMPLE_REPLY_LEN;
-  memcpy (&error, w->reply + 4, 4);
-  return NBD_SIMPLE_REPLY_LEN + (error ? 0 : w->len);
+  return NBD_SIMPLE_REPLY_LEN + (nbd_get32 (w->reply + 4) ? 0 : w->len);
 }
 
 /* Reads what is there of the reply; true once it is whole. */
 static bool
 read_reply (struct watchdog *w, long now)
 {
-  uint32_t magic;
-
   while (w->got < reply_len (w)) {
     ssize_t r = recv (w->fd, w->reply + w->got, reply_len (w) - w->got, 0);
 
     if (r > 0) {
       w->got += r;
-      if (w->got == NBD_SIMPLE_REPLY_LEN) {
-        memcpy (&magic, w->reply, 4);
-        if (be32toh (magic) != NBD_SIMPLE_REPLY_MAGIC ||
-            memcmp (w->reply + 8, &w->cookie, 8) != 0) {
-          lost (w, now);        /* not an answer to our probe */
-          return false;
-        }
+      if (w->got == NBD_SIMPLE_REPLY_LEN &&
+          (nbd_get32 (w->reply) != NBD_SIMPLE_REPLY_MAGIC ||
+           nbd_get64 (w->reply + 8) != w->cookie)) {
+        lost (w, now);          /* not an answer to our probe */
+        return false;
       }
       continue;
     }
@@ -127,20 +119,13 @@ read_reply (struct watchdog *w, long now)
 static void
 send_probe (struct watchdog *w, long now)
 {
+  struct nbd_request probe = {
+    .type = NBD_CMD_READ, .cookie = ++w->cookie, .offset = 0, .count = w->len,
+  };
   uint8_t req[NBD_REQUEST_LEN];
-  uint32_t v32;
-  uint64_t v64;
   ssize_t r;
 
-  w->cookie++;
-  v32 = htobe32 (NBD_REQUEST_MAGIC);
-  memcpy (req, &v32, 4);
-  memset (req + 4, 0, 4);       /* flags 0, type NBD_CMD_READ */
-  memcpy (req + 8, &w->cookie, 8);
-  v64 = htobe64 (0);
-  memcpy (req + 16, &v64, 8);
-  v32 = htobe32 (w->len);
-  memcpy (req + 24, &v32, 4);
+  nbd_request_bytes (req, &probe);
   /* 28 bytes into an idle socket's buffer: all or nothing in practice;
    * anything else is a connection not worth keeping.
    */
@@ -204,12 +189,10 @@ watchdog_close (struct watchdog *w)
       poll (&p, 1, 100);
   }
   if (w->fd >= 0) {
-    uint8_t req[NBD_REQUEST_LEN] = { 0 };
-    uint32_t v32 = htobe32 (NBD_REQUEST_MAGIC);
-    uint16_t type = htobe16 (NBD_CMD_DISC);
+    struct nbd_request disc = { .type = NBD_CMD_DISC };
+    uint8_t req[NBD_REQUEST_LEN];
 
-    memcpy (req, &v32, 4);
-    memcpy (req + 6, &type, 2);
+    nbd_request_bytes (req, &disc);
     (void) send (w->fd, req, sizeof req, MSG_NOSIGNAL | MSG_DONTWAIT);
     close (w->fd);
   }
