@@ -497,38 +497,31 @@ static int
 attach_claimed (const struct attach_opts *o, struct attach *a)
 {
   struct server_info info;
-  struct record *recs, *orphans;
+  struct record *recs;
   char why[PATH_MAX + 64];
-  size_t n, norphans;
+  size_t n;
 
   /* A record outlives its supervisor (killed): the image may still be
-   * attached without a claim held.
+   * attached without a claim held.  Nor has a device whose attach was
+   * killed before it wrote its record (an orphan) a claim; its server
+   * still holds the image.  Refused rather than adopted: what it was
+   * attached with is not known, and a detach is a known way back.
    */
-  recs = records_load (&n);
-  for (size_t i = 0; i < n; i++)
-    if (strcmp (recs[i].image, a->image) == 0 ||
-        strcmp (recs[i].name, a->rec.name) == 0) {
-      errorf (CMD ": %s: already attached to %s (pdio detach %s)", o->image,
-              recs[i].device, recs[i].device);
-      free (recs);
-      return EXIT_FAILED;
-    }
-  /* Nor is there a record of a device whose attach was killed before it
-   * wrote one; its server still holds the image.  Refused rather than
-   * adopted: what it was attached with is not known, and a detach is a
-   * known way back.
-   */
-  orphans = orphans_load (recs, n, &norphans);
-  for (size_t i = 0; i < norphans; i++)
-    if (strcmp (orphans[i].name, a->rec.name) == 0) {
+  recs = attachments_load (&n);
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp (recs[i].name, a->rec.name) != 0 &&
+        (recs[i].orphan || strcmp (recs[i].image, a->image) != 0))
+      continue;
+    if (recs[i].orphan)
       errorf (CMD ": %s: already connected to %s by an attach that was "
               "interrupted before it recorded it (pdio detach %s)", o->image,
-              orphans[i].device, orphans[i].device);
-      free (orphans);
-      free (recs);
-      return EXIT_FAILED;
-    }
-  free (orphans);
+              recs[i].device, recs[i].device);
+    else
+      errorf (CMD ": %s: already attached to %s (pdio detach %s)", o->image,
+              recs[i].device, recs[i].device);
+    free (recs);
+    return EXIT_FAILED;
+  }
   if (o->device && !check_device (o, recs, n)) {
     free (recs);
     return EXIT_FAILED;

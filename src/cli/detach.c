@@ -199,8 +199,8 @@ int
 cmd_detach (int argc, char **argv)
 {
   struct detach_opts o;
-  struct record *recs, *orphans;
-  size_t n, norphans;
+  struct record *recs;
+  size_t n;
   int r, lock;
 
   r = parse (argc, argv, &o);
@@ -211,21 +211,15 @@ cmd_detach (int argc, char **argv)
   lock = state_lock (CMD);
   if (lock == -1)
     return EXIT_FAILED;
-  recs = records_load (&n);
-  orphans = orphans_load (recs, n, &norphans);
+  recs = attachments_load (&n);
   if (o.all) {
     for (size_t i = 0; i < n; i++)
       if (detach_one (&o, &recs[i]) != EXIT_OK)
-        r = EXIT_FAILED;
-    for (size_t i = 0; i < norphans; i++)
-      if (detach_one (&o, &orphans[i]) != EXIT_OK)
         r = EXIT_FAILED;
   }
   else {
     const struct record *rec = find (o.what, recs, n);
 
-    if (rec == NULL)
-      rec = find (o.what, orphans, norphans);
     if (rec)
       r = detach_one (&o, rec);
     else {
@@ -237,7 +231,6 @@ cmd_detach (int argc, char **argv)
       r = EXIT_FAILED;
     }
   }
-  free (orphans);
   free (recs);
   close (lock);
   return r;

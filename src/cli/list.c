@@ -165,13 +165,6 @@ print_json (const struct row *rows, size_t n)
   printf ("%s]\n}\n", n ? "\n   " : "");
 }
 
-static int
-by_device (const void *a, const void *b)
-{
-  return nbd_index (((const struct row *) a)->r->device) -
-         nbd_index (((const struct row *) b)->r->device);
-}
-
 int
 cmd_list (int argc, char **argv)
 {
@@ -182,9 +175,9 @@ cmd_list (int argc, char **argv)
     { NULL, 0, NULL, 0 },
   };
   bool json = false, headings = true;
-  struct record *recs, *orphans;
+  struct record *recs;
   struct row *rows;
-  size_t nrecs, norphans, n;
+  size_t n;
   int c;
 
   while ((c = getopt_long (argc, argv, "+Jnh", longopts, NULL)) != -1)
@@ -207,30 +200,23 @@ cmd_list (int argc, char **argv)
             "(run pdio list as root)", rundir (), strerror (err));
     return err == EACCES ? EXIT_NOT_ROOT : EXIT_FAILED;
   }
-  recs = records_load (&nrecs);
-  orphans = orphans_load (recs, nrecs, &norphans);
-  n = nrecs + norphans;
+  recs = attachments_load (&n);
   rows = calloc (n ? n : 1, sizeof *rows);
   if (rows == NULL) {
     errorf (CMD ": %m");
-    free (orphans);
     free (recs);
     return EXIT_FAILED;
   }
   for (size_t i = 0; i < n; i++) {
-    const struct record *r = i < nrecs ? &recs[i] : &orphans[i - nrecs];
-
-    rows[i].r = r;
-    status_of (r, rows[i].status, sizeof rows[i].status);
-    rows[i].cached = image_cached_bytes (r->image);
+    rows[i].r = &recs[i];
+    status_of (&recs[i], rows[i].status, sizeof rows[i].status);
+    rows[i].cached = image_cached_bytes (recs[i].image);
   }
-  qsort (rows, n, sizeof *rows, by_device);
   if (json)
     print_json (rows, n);
   else
     print_table (rows, n, headings);
   free (rows);
-  free (orphans);
   free (recs);
   return EXIT_OK;
 }

@@ -71,43 +71,36 @@ orphan_at (int idx, const struct record *recs, size_t nrecs,
 }
 
 struct record *
-orphans_load (const struct record *recs, size_t nrecs, size_t *n)
+attachments_load (size_t *n)
 {
   char path[PATH_MAX];
-  struct record *v = NULL;
+  struct record *v = records_load (n), *r;
+  size_t nrecs = *n, cap = nrecs;
   struct dirent *d;
-  size_t cap = 0;
   DIR *dir;
 
-  *n = 0;
   /* Without the records (the run directory is 0700: another user's
    * list), every device of pdio's would look like one.  An orphan's
    * attach made the directory before it connected the device.
    */
   if (access (rundir (), R_OK | X_OK) == -1)
-    return NULL;
+    return v;
   snprintf (path, sizeof path, "%s/block", sysfs ());
   dir = opendir (path);
   if (dir == NULL)
-    return NULL;
+    return v;
   while ((d = readdir (dir)) != NULL) {
     int idx = nbd_index (d->d_name);
 
     if (idx < 0)
       continue;
-    if (*n == cap) {
-      struct record *nv = realloc (v, (cap = cap ? cap * 2 : 4) * sizeof *v);
-      if (nv == NULL)
-        break;
-      v = nv;
-    }
-    if (orphan_at (idx, recs, nrecs, &v[*n]))
+    if ((r = records_slot (&v, &cap, *n)) == NULL)
+      break;
+    /* v[0 .. nrecs-1] stay the records: r is past them. */
+    if (orphan_at (idx, v, nrecs, r))
       (*n)++;
   }
   closedir (dir);
-  if (*n == 0) {
-    free (v);
-    v = NULL;
-  }
+  records_sort (v, *n);
   return v;
 }

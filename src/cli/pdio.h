@@ -253,6 +253,13 @@ extern int record_write (const struct record *r);
  * there are none (or no run directory).
  */
 extern struct record *records_load (size_t *n);
+/* Room for v[n] in v, an array of cap records, grown as needed (v and
+ * cap updated); NULL if out of memory.
+ */
+extern struct record *records_slot (struct record **v, size_t *cap,
+                                    size_t n);
+/* By device number, as records_load gives them. */
+extern void records_sort (struct record *v, size_t n);
 /* The record of one device ("/dev/nbdN"); -1 if there is none. */
 extern int record_load_device (const char *device, struct record *r);
 /* The record a DEVICE or IMAGE argument of cmd names; false, with a
@@ -506,17 +513,16 @@ extern bool image_lock_free (const char *image, unsigned ms);
 extern int64_t image_cached_bytes (const char *image);
 
 /* --- orphan.c: devices pdio connected but has no record of -------------- */
-/* A device connected with a pdio identifier (backend_parse) that no
- * record is of, and whose image nobody claims: an attach was killed
- * between NBD_CMD_CONNECT and its record.  Each as a record of its own
- * (orphan set) made from what is left -- the identifier, the attachment's
- * files it names, sysfs -- so that list and detach treat it as they treat
- * a recorded one.  recs are the records (records_load).  NULL with *n = 0
- * if there are none, or if the run directory cannot be read (then
- * neither can the records).
+/* Every record (records_load) and every orphan: a device connected with
+ * a pdio identifier (backend_parse) that no record is of, and whose image
+ * nobody claims -- an attach was killed between NBD_CMD_CONNECT and its
+ * record.  An orphan is a record of its own (orphan set) made from what
+ * is left -- the identifier, the attachment's files it names, sysfs --
+ * so that list, detach and attach treat it as they treat a recorded one.
+ * Sorted by device number; *n is set.  No orphans if the run directory
+ * cannot be read (then neither can the records).
  */
-extern struct record *orphans_load (const struct record *recs, size_t nrecs,
-                                    size_t *n);
+extern struct record *attachments_load (size_t *n);
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */

@@ -223,10 +223,32 @@ by_device (const void *a, const void *b)
 }
 
 struct record *
+records_slot (struct record **v, size_t *cap, size_t n)
+{
+  if (n == *cap) {
+    size_t want = *cap ? *cap * 2 : 8;
+    struct record *nv = realloc (*v, want * sizeof **v);
+
+    if (nv == NULL)
+      return NULL;
+    *v = nv;
+    *cap = want;
+  }
+  return &(*v)[n];
+}
+
+void
+records_sort (struct record *v, size_t n)
+{
+  if (n)
+    qsort (v, n, sizeof *v, by_device);
+}
+
+struct record *
 records_load (size_t *n)
 {
   DIR *dir = opendir (rundir ());
-  struct record *v = NULL;
+  struct record *v = NULL, *r;
   struct dirent *d;
   size_t cap = 0;
 
@@ -239,19 +261,14 @@ records_load (size_t *n)
 
     if (len < 5 || strcmp (d->d_name + len - 4, ".rec") != 0)
       continue;
-    if (*n == cap) {
-      struct record *nv = realloc (v, (cap = cap ? cap * 2 : 8) * sizeof *v);
-      if (nv == NULL)
-        break;
-      v = nv;
-    }
+    if ((r = records_slot (&v, &cap, *n)) == NULL)
+      break;
     snprintf (path, sizeof path, "%s/%s", rundir (), d->d_name);
-    if (record_read (path, &v[*n]) == 0)
+    if (record_read (path, r) == 0)
       (*n)++;
   }
   closedir (dir);
-  if (*n)
-    qsort (v, *n, sizeof *v, by_device);
+  records_sort (v, *n);
   return v;
 }
 
