@@ -544,6 +544,11 @@ requested (struct sup *s)
     if (test_break ("handover-off"))
       snprintf (why, sizeof why, "switched off (test break handover-off)");
     else if (hand_over (s, why, sizeof why)) {
+      if (test_break ("handover-stall")) {
+        kill (s->rec.server_pid, SIGSTOP);
+        sleep (3);
+        kill (s->rec.server_pid, SIGCONT);
+      }
       /* Not a death: it does not count towards a crash loop. */
       s->rec.restarts++;
       s->rec.gave_up = false;

@@ -11,6 +11,9 @@
  *   handover-off          pdio restart does not hand the connections over:
  *                         the supervisor kills the server and reconnects,
  *                         as for nbdkit
+ *   handover-stall        the successor stops for 3 s right after it took
+ *                         the connections over: a hand-over that holds the
+ *                         kernel's requests
  *   server-exits-with-supervisor  (--nbdkit) nbdkit -f --exit-with-parent
  *                         as the supervisor's child, dying with it
  *   no-autoclear          mount.pdio does not arm autoclear

@@ -1167,16 +1167,23 @@ scenario_nbdkit_recover() {
 # live connections from the old one (pdio serve --take-over,
 # src/server/handover.c): the kernel sees no close, nothing is resent, and
 # the filesystem sees no pause beyond the hand-over itself.  The device is
-# attached with the default timeouts, as a user would: a restart that
-# fell back to kill-and-reconnect would cost a pause of up to the 15 s
-# request timeout and kernel messages.
+# attached with the defaults, as a user would: request timeout 0 and
+# queue/io_timeout 1000 ms.  The kernel itself is then the judge of the
+# pause: a request the server holds for a second logs "Possible stuck
+# request", and one resent after a dropped connection logs the drop.  So
+# "no nbd line in the kernel log" means nothing was resent and no request
+# waited a second at the server.  The probe pauses are the guest's wall
+# clock under TCG, which a loaded host stretches (fio's own writes took
+# 1.6 s in one CI run): they are printed, not a pass condition.
 #
-# Shown to fail against the test build: run.sh --scenario handover --break
-# handover-off (tests/vm/breaks.c: the supervisor skips the hand-over and
-# kills the server as before): pauses of seconds, nbd messages in the
-# kernel log, the record's reason names the fallback.
+# Shown to fail against the test build (run.sh --scenario handover
+# --break LIST, tests/vm/breaks.c):
+#   handover-off    the supervisor skips the hand-over and kills the
+#                   server as before: nbd messages in the kernel log, the
+#                   record's reason names the fallback
+#   handover-stall  the successor stops for 3 s right after it took the
+#                   connections over: "Possible stuck request" lines
 HO_RESTARTS=10
-HO_MAX_PAUSE_MS=500     # TCG
 
 ho_attach() {
     rm -f "$RC_IMG"
@@ -1187,7 +1194,10 @@ ho_attach() {
     mount -t ext4 -o noinit_itable "$(rc_dev)" "$MNT"
     mkdir -p "$MNT/fio"
     [ "$(cat "/proc/$(rc_field server_pid)/comm")" = pdio ]
-    detail "$(rc_dev), server pid $(rc_field server_pid), default timeouts (request $(rc_field timeout) s)"
+    io=$(cat "/sys/block/nbd$(rc_idx)/queue/io_timeout")
+    detail "$(rc_dev), server pid $(rc_field server_pid), default timeouts (request $(rc_field timeout) s, io_timeout $io ms)"
+    # The kernel's 1 s timer is what bounds the pause (above).
+    [ "$(rc_field timeout)" = 0 ] && [ "$io" = 1000 ]
 }
 
 # The pause at each restart: the longest probe write that overlapped the
@@ -1246,7 +1256,7 @@ ho_restarts() {
         tail -n $HO_RESTARTS | sed 's/.* in \([0-9]*\) ms/\1/' | tr '\n' ' ')
     distinct=$(tr ' ' '\n' < "$STATE/ho.pids" | sort -u | wc -l)
     tap_diag "handover x$HO_RESTARTS (TCG): probe pause at each restart ${pauses}ms, longest probe write of the run ${longest} ms; supervisor: hand-over done in ${took}ms; fio $runs runs, $fioerrs errors, max completion latency $maxlat ms; kernel nbd messages: $kmsgs"
-    detail "restarts $r0 -> $restarts (last: $reason); pauses ${pauses}ms (limit $HO_MAX_PAUSE_MS); fio $runs runs, $fioerrs errors, max latency $maxlat ms; nbd kernel messages $kmsgs; $distinct distinct server pids"
+    detail "restarts $r0 -> $restarts (last: $reason); probe pauses ${pauses}ms (TCG); fio $runs runs, $fioerrs errors, max latency $maxlat ms; nbd kernel messages $kmsgs; $distinct distinct server pids"
     cat "$STATE/ho.kmsg"
     [ ! -s "$STATE/rc.fiofail" ] || { cat "$STATE/rc.fiofail"; return 1; }
     [ "$fioerrs" = 0 ]
@@ -1257,9 +1267,6 @@ ho_restarts() {
     [ "$(grep -c "(pdio restart: live connections handed over)" "$STATE/ho.out")" = $HO_RESTARTS ]
     # Every restart gave a new pid: the first old one and ten new ones.
     [ "$distinct" = $((HO_RESTARTS + 1)) ]
-    for p in $pauses; do
-        [ "$p" -le $HO_MAX_PAUSE_MS ] || { echo "a pause of $p ms"; return 1; }
-    done
 }
 
 # The old server hangs (SIGSTOP): the successor gets no answer within
@@ -1287,7 +1294,7 @@ ho_fallback() {
 
 scenario_handover() {
     step "handover: pdio attach (default timeouts), mkfs.ext4, mount" ho_attach
-    step "handover: pdio restart x$HO_RESTARTS during fio verify: 0 errors, no nbd kernel message, each probe pause <= $HO_MAX_PAUSE_MS ms, new pid each time, list counts them" ho_restarts
+    step "handover: pdio restart x$HO_RESTARTS during fio verify: 0 errors, no nbd kernel message (nothing resent, no request held 1 s), new pid each time, list counts them" ho_restarts
     step "handover: the old server hung (SIGSTOP): pdio restart falls back to kill and reconnect, says so, the filesystem carries on" ho_fallback
     step "handover: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
 }
