@@ -593,8 +593,9 @@ static int
 attach_forked (const struct attach_opts *o, struct attach *a)
 {
   int p[2], status, r;
-  char c;
+  char c, why[256];
   pid_t pid;
+  struct nl_sock *ev;
 
   if (pipe2 (p, O_CLOEXEC) == -1) {
     errorf (CMD ": pipe: %m");
@@ -610,6 +611,12 @@ attach_forked (const struct attach_opts *o, struct attach *a)
     close (p[0]);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
+    /* Listening before the connect: the kernel does not repeat a
+     * LINK_DEAD sent while attach is still at work.  If this fails, the
+     * supervisor tries again and says why.
+     */
+    ev = test_break ("events-late") ? NULL
+      : nbdnl_events_open (why, sizeof why);
     if (!claim_image (o, a))
       _exit (EXIT_FAILED);
     r = attach_claimed (o, a);
@@ -622,7 +629,9 @@ attach_forked (const struct attach_opts *o, struct attach *a)
       const struct server_opts so =
         record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
 
-      supervise (&a->rec, &so, p[1], a->claim, false);
+      if (test_break ("link-dead-at-attach"))
+        device_break_link ();
+      supervise (&a->rec, &so, p[1], a->claim, false, ev);
     }
   }
   close (p[1]);

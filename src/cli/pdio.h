@@ -388,6 +388,10 @@ extern int nbdnl_events_read (struct nl_sock *s);
  * for it to come up.
  */
 extern bool device_connect (struct record *r, char *why, size_t len);
+/* The test build's link-dead-at-attach: shuts down the device's first
+ * connection, as a kernel that gave up on it would.
+ */
+extern void device_break_link (void);
 /* Fresh connections for a live device (after a restart, or a dead link);
  * the server must serve at least the device's size.
  */
@@ -612,10 +616,13 @@ extern void watchdog_forget (struct watchdog *w);
  * image's claim (claim.c), held until the device is gone.  adopt: started
  * by pdio restart because the device's supervisor is gone; it records
  * itself, claims the image and first replaces the server with a child of
- * its own.
+ * its own.  ev: the driver's events (nbdnl_events_open), opened by attach
+ * before it connected the device so that a connection dying in between
+ * is not missed; NULL to open them here.
  */
 extern void supervise (const struct record *r, const struct server_opts *so,
-                       int notify_fd, int claim, bool adopt)
+                       int notify_fd, int claim, bool adopt,
+                       struct nl_sock *ev)
   __attribute__ ((noreturn));
 /* The process is a supervisor (comm "pdio-supervise"): the pid in a
  * record was not reused.

@@ -108,7 +108,7 @@ start_supervisor (const char *cmd, struct record *r)
     close (lock);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    supervise (r, &so, p[1], -1, true);
+    supervise (r, &so, p[1], -1, true, NULL);
   }
   close (p[1]);
   if (read (p[0], &c, 1) != 1) {

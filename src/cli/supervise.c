@@ -635,7 +635,7 @@ detach_stdio (const struct record *r)
 
 void
 supervise (const struct record *r, const struct server_opts *so,
-           int notify_fd, int claim, bool adopt)
+           int notify_fd, int claim, bool adopt, struct nl_sock *ev)
 {
   static struct sup s;
   struct signalfd_siginfo si;
@@ -678,7 +678,7 @@ supervise (const struct record *r, const struct server_opts *so,
   if (write (notify_fd, "1", 1) != 1)
     say ("cannot tell pdio attach that %s is up: %m", r->device);
   close (notify_fd);
-  s.ev = nbdnl_events_open (why, sizeof why);
+  s.ev = ev ? ev : nbdnl_events_open (why, sizeof why);
   if (s.ev == NULL)
     say ("%s: watching the server only (%s)", r->device, why);
   say ("supervising %s: %s served by pid %d, %u connection(s), timeout %u "

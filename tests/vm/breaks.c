@@ -46,6 +46,12 @@
  *                         1 s (the requeue timer as a timeout that drops
  *                         the connection)
  *   no-watchdog           the supervisor never probes its server
+ *   link-dead-at-attach   attach shuts the device's first connection down
+ *                         right before it becomes the supervisor: a
+ *                         LINK_DEAD the kernel sends while attach works
+ *   events-late           the supervisor subscribes to the driver's events
+ *                         only once it runs, as it used to: a LINK_DEAD
+ *                         sent during attach is missed
  */
 #include <config.h>
 

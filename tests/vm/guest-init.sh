@@ -713,6 +713,42 @@ fe_failed_attach() {
     detail "exit status 1, no device connected, no nbdkit, no state left"
 }
 
+# A connection that dies while attach is still at work (the test build's
+# link-dead-at-attach shuts the first one down right before attach
+# becomes the supervisor): the kernel sends its LINK_DEAD once, so the
+# supervisor must have been listening since before the connect, and hands
+# the device a fresh connection.  A write and its read-back then work,
+# with no I/O error.  Shown to fail with events-late added (the
+# supervisor subscribing once it runs, as it used to): the event is
+# missed and the write fails when the 15 s dead-connection timeout ends
+# (run.sh --break events-late: the global break list is added here).
+FE_LD_IMG=/scratch/ld.img
+fe_link_dead() {
+    rm -f "$FE_LD_IMG"
+    truncate -s 64M "$FE_LD_IMG"
+    kmsg_reset
+    d=$(PDIO_TEST_BREAK=link-dead-at-attach${PDIO_TEST_BREAK:+,$PDIO_TEST_BREAK} /pdio/broken/pdio attach "$FE_LD_IMG") ||
+        { echo "attach failed"; return 1; }
+    head -c 1048576 /dev/urandom > "$STATE/fe.ld"
+    rc=0
+    dd if="$STATE/fe.ld" of="$d" bs=1M seek=3 oflag=direct conv=fsync status=none || rc=$?
+    dd if="$d" of="$STATE/fe.ld.back" bs=1M skip=3 count=1 iflag=direct status=none || rc=$?
+    cp "$PDIO_RUN/${d#/dev/}.supervisor.log" "$STATE/fe.ld.log"
+    grep "a connection of\|died" "$STATE/fe.ld.log" || true
+    dmesg | grep nbd || true
+    errs=$(nbd_io_errors)
+    pdio detach "$d"
+    detail "$d: dd exit $rc; supervisor: $(grep -c "a connection of $d died with the server alive: handed it a fresh one" "$STATE/fe.ld.log") fresh connection(s); kernel I/O errors $errs"
+    [ "$rc" = 0 ]
+    cmp "$STATE/fe.ld" "$STATE/fe.ld.back"
+    cmp -n 1048576 "$STATE/fe.ld" "$FE_LD_IMG" 0 3145728
+    grep -q "a connection of $d died with the server alive: handed it a fresh one" "$STATE/fe.ld.log"
+    [ "$errs" = 0 ]
+    fe_no_state
+    fe_no_server
+    rm -f "$FE_LD_IMG"
+}
+
 # attach killed between NBD_CMD_CONNECT and its record (the test build's
 # break point die-after-connect: SIGKILL, as from the OOM killer) leaves
 # the device connected with its server and no record: an orphan.  pdio
@@ -787,6 +823,7 @@ scenario_cli() {
     step "cli: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
     step "cli: pdio detach --force of a mounted device" fe_detach_force
     step "cli: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
+    step "cli: a connection that dies during attach gets a fresh one from the supervisor: write and read back, no I/O error" fe_link_dead
     step "cli: an attach killed after the connect: list shows the device, attach refused naming it, detach (device, image, --all) leaves nothing" fe_orphan
 }
 
