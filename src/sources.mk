@@ -51,7 +51,7 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) \
 	%reldir%/cli/announce.c %reldir%/cli/daemon.c \
 	%reldir%/cli/server_cmd.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
-	%reldir%/cli/claim.c %reldir%/cli/orphan.c \
+	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
 	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h
 

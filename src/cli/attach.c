@@ -439,7 +439,7 @@ connect_device (const struct attach_opts *o, struct attach *a)
     close (lock);
     return false;
   }
-  /* Killed here, attach leaves an orphan (orphan.c). */
+  /* Killed here, attach leaves an orphan (attachments.c). */
   if (test_break ("die-after-connect"))
     raise (SIGKILL);
   if (record_load_device (a->rec.device, &old) == 0)

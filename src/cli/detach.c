@@ -7,7 +7,7 @@
  * held is refused unless --force.  Records whose server or device is gone
  * (stale) are cleaned up as well; a device whose number the kernel has
  * given to another attachment since is left alone.  A device connected
- * by an attach that died before its record (orphan.c) goes the same way,
+ * by an attach that died before its record (attachments.c) goes the same way,
  * its server found by the pid file of the attachment its identifier
  * names.
  */
@@ -154,7 +154,7 @@ detach_one (const struct detach_opts *o, const struct record *rec)
       r = &fresh;
   }
   /* The supervisor let go of it by exiting; anyone else (pdio restart's
-   * new supervisor) keeps it.  An orphan's is free (orphan.c): someone
+   * new supervisor) keeps it.  An orphan's is free (attachments.c): someone
    * who took it since owns the attachment's files and server.
    */
   claim = claim_take (r->name, "detaching", 2000, &h);
@@ -172,27 +172,6 @@ detach_one (const struct detach_opts *o, const struct record *rec)
   else if (claim >= 0)
     close (claim);
   return st;
-}
-
-/* The record a DEVICE or IMAGE argument names, or NULL. */
-static const struct record *
-find (const char *what, const struct record *recs, size_t n)
-{
-  char real[PATH_MAX], name[64] = "";
-  int idx = nbd_index (what);
-
-  /* An image by any of its paths (image_name), or by the one attached
-   * if it is gone.
-   */
-  if (idx < 0 && !image_name (what, name, sizeof name))
-    name[0] = '\0';
-  for (size_t i = 0; i < n; i++)
-    if (idx >= 0 ? nbd_index (recs[i].device) == idx
-                 : (name[0] && strcmp (recs[i].name, name) == 0) ||
-                   (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
-                   strcmp (recs[i].image, what) == 0)
-      return &recs[i];
-  return NULL;
 }
 
 int
@@ -218,7 +197,7 @@ cmd_detach (int argc, char **argv)
         r = EXIT_FAILED;
   }
   else {
-    const struct record *rec = find (o.what, recs, n);
+    const struct record *rec = attachments_match (o.what, recs, n);
 
     if (rec)
       r = detach_one (&o, rec);

@@ -10,7 +10,7 @@
  * Once a server was restarted, the text adds the last reason, the JSON
  * has it in "reason" with "restarts" and the supervisor's pid.  A device
  * pdio connected but has no record of (an attach killed half way:
- * orphan.c) is listed too: "no record: attach was interrupted; pdio
+ * attachments.c) is listed too: "no record: attach was interrupted; pdio
  * detach /dev/nbdN".
  */
 #include <config.h>

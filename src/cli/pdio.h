@@ -230,7 +230,7 @@ struct record {
   bool nbdkit;                  /* nbdkit + plugin, else pdio serve */
   char plugin[PATH_MAX];        /* with nbdkit: the plugin */
   unsigned threads;             /* pdio serve: worker threads */
-  /* Not a record read from the run directory: an orphan (orphan.c). */
+  /* Not a record read from the run directory: an orphan (attachments.c). */
   bool orphan;
 };
 /* Creates the run directory and takes its lock, which orders the changes
@@ -262,11 +262,6 @@ extern struct record *records_slot (struct record **v, size_t *cap,
 extern void records_sort (struct record *v, size_t n);
 /* The record of one device ("/dev/nbdN"); -1 if there is none. */
 extern int record_load_device (const char *device, struct record *r);
-/* The record a DEVICE or IMAGE argument of cmd names; false, with a
- * message, if there is none.
- */
-extern bool record_find (const char *cmd, const char *what,
-                         struct record *out);
 /* Removes every file of the attachment in the run directory but its
  * claim: socket, pid file, logs and record.  The one place that does.
  */
@@ -516,7 +511,7 @@ extern bool image_lock_free (const char *image, unsigned ms);
 /* Bytes of the image in the page cache (mincore), or -1. */
 extern int64_t image_cached_bytes (const char *image);
 
-/* --- orphan.c: devices pdio connected but has no record of -------------- */
+/* --- attachments.c: the records and the orphans --------------------------- */
 /* Every record (records_load) and every orphan: a device connected with
  * a pdio identifier (backend_parse) that no record is of, and whose image
  * nobody claims -- an attach was killed between NBD_CMD_CONNECT and its
@@ -527,6 +522,18 @@ extern int64_t image_cached_bytes (const char *image);
  * cannot be read (then neither can the records).
  */
 extern struct record *attachments_load (size_t *n);
+/* The attachment in recs that a DEVICE or IMAGE argument names (an image
+ * by any of its paths, or by the path attached if it is gone), or NULL.
+ */
+extern const struct record *attachments_match (const char *what,
+                                               const struct record *recs,
+                                               size_t n);
+/* The recorded attachment a DEVICE or IMAGE argument of cmd names; false,
+ * with a message, if there is none or if it is an orphan (which only
+ * detach handles).
+ */
+extern bool record_find (const char *cmd, const char *what,
+                         struct record *out);
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */

@@ -191,30 +191,6 @@ record_load_device (const char *device, struct record *r)
   return record_read (path, r);
 }
 
-bool
-record_find (const char *cmd, const char *what, struct record *out)
-{
-  char real[PATH_MAX];
-  int idx = nbd_index (what);
-  struct record *recs;
-  bool found = false;
-  size_t n;
-
-  recs = records_load (&n);
-  for (size_t i = 0; i < n && !found; i++)
-    if (idx >= 0 ? nbd_index (recs[i].device) == idx
-                 : strcmp (recs[i].image, what) == 0 ||
-                   (realpath (what, real) && strcmp (recs[i].image, real) == 0)) {
-      *out = recs[i];
-      found = true;
-    }
-  free (recs);
-  if (!found)
-    errorf ("%s: %s: not attached by pdio (no record in %s)", cmd, what,
-            rundir ());
-  return found;
-}
-
 static int
 by_device (const void *a, const void *b)
 {

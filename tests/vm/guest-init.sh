@@ -753,7 +753,8 @@ fe_link_dead() {
 # break point die-after-connect: SIGKILL, as from the OOM killer) leaves
 # the device connected with its server and no record: an orphan.  pdio
 # list must show it with the way out, an attach of the image be refused
-# naming it (the orphan's server holds the image), and pdio detach clean
+# naming it (the orphan's server holds the image), pdio restart and
+# resize be refused saying what to do, and pdio detach clean
 # it up like a recorded device -- by device, by image and with --all:
 # device disconnected, server gone, no supervisor, nothing in the run
 # directory, fincore 0.
@@ -797,6 +798,13 @@ fe_orphan() {
     cat "$STATE/fe.err"
     [ "$rc" = 1 ]
     grep -qF "$FE_IMG: already connected to $d by an attach that was interrupted before it recorded it (pdio detach $d)" "$STATE/fe.err"
+    # restart and resize need a record: refused, saying what to do.
+    for c in restart resize; do
+        rc=0; pdio $c "$d" 2> "$STATE/fe.err" || rc=$?
+        cat "$STATE/fe.err"
+        [ "$rc" = 1 ] || { echo "pdio $c exited with $rc"; return 1; }
+        grep -qF "pdio $c: $d: connected by an attach that was interrupted before it recorded it; pdio detach $d, then attach again" "$STATE/fe.err"
+    done
     [ "$(server_pids)" = "$pid" ] || { echo "servers: $(server_pids), expected $pid alone"; return 1; }
     pdio detach "$d"
     fe_orphan_gone "$d" "$pid"
@@ -809,7 +817,7 @@ fe_orphan() {
     d3=$(cat "$STATE/fe.orphan") pid3=$(server_pids)
     pdio detach --all
     fe_orphan_gone "$d3" "$pid3"
-    detail "$d (server $pid) listed, attach refused, detached by device; again by image ($d2) and --all ($d3): nothing left, fincore 0"
+    detail "$d (server $pid) listed, attach, restart and resize refused, detached by device; again by image ($d2) and --all ($d3): nothing left, fincore 0"
 }
 
 scenario_cli() {
@@ -824,7 +832,7 @@ scenario_cli() {
     step "cli: pdio detach --force of a mounted device" fe_detach_force
     step "cli: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
     step "cli: a connection that dies during attach gets a fresh one from the supervisor: write and read back, no I/O error" fe_link_dead
-    step "cli: an attach killed after the connect: list shows the device, attach refused naming it, detach (device, image, --all) leaves nothing" fe_orphan
+    step "cli: an attach killed after the connect: list shows the device, attach refused naming it, detach (device, image, --all) leaves nothing; restart and resize refused" fe_orphan
 }
 
 # --- the device outlives its server ------------------------------------------------

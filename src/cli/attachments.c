@@ -1,5 +1,6 @@
-/* Devices pdio connected but has no record of.  attach connects the
- * device, then writes its record; killed in between (SIGKILL, the OOM
+/* The attachments pdio knows of, and the one a command's argument names:
+ * every record, and every orphan -- a device pdio connected but has no
+ * record of.  attach connects the device, then writes its record; killed in between (SIGKILL, the OOM
  * killer), it leaves a connected device and a live server that list,
  * detach and attach would not know of.  What is left names them: the
  * device's backend identifier (/sys/block/nbdN/backend) is the image's
@@ -103,4 +104,46 @@ attachments_load (size_t *n)
   closedir (dir);
   records_sort (v, *n);
   return v;
+}
+
+const struct record *
+attachments_match (const char *what, const struct record *recs, size_t n)
+{
+  char real[PATH_MAX], name[64] = "";
+  int idx = nbd_index (what);
+
+  if (idx < 0 && !image_name (what, name, sizeof name))
+    name[0] = '\0';
+  for (size_t i = 0; i < n; i++)
+    if (idx >= 0 ? nbd_index (recs[i].device) == idx
+                 : (name[0] && strcmp (recs[i].name, name) == 0) ||
+                   (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
+                   strcmp (recs[i].image, what) == 0)
+      return &recs[i];
+  return NULL;
+}
+
+bool
+record_find (const char *cmd, const char *what, struct record *out)
+{
+  const struct record *r;
+  struct record *recs;
+  size_t n;
+  bool ok = false;
+
+  recs = attachments_load (&n);
+  r = attachments_match (what, recs, n);
+  if (r == NULL)
+    errorf ("%s: %s: not attached by pdio (no record in %s)", cmd, what,
+            rundir ());
+  else if (r->orphan)
+    errorf ("%s: %s: connected by an attach that was interrupted before it "
+            "recorded it; pdio detach %s, then attach again", cmd, r->device,
+            r->device);
+  else {
+    *out = *r;
+    ok = true;
+  }
+  free (recs);
+  return ok;
 }
