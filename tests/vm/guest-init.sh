@@ -720,7 +720,7 @@ fe_failed_attach() {
 # the device a fresh connection.  A write and its read-back then work,
 # with no I/O error.  Shown to fail with events-late added (the
 # supervisor subscribing once it runs, as it used to): the event is
-# missed and the write fails when the 15 s dead-connection timeout ends
+# missed and the write fails when the 60 s dead-connection timeout (the default) ends
 # (run.sh --break events-late: the global break list is added here).
 FE_LD_IMG=/scratch/ld.img
 fe_link_dead() {
