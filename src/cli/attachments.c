@@ -1,8 +1,8 @@
 /* The attachments pdio knows of, and the one a command's argument names:
  * every record, and every orphan -- a device pdio connected but has no
- * record of.  attach connects the device, then writes its record; killed in between (SIGKILL, the OOM
- * killer), it leaves a connected device and a live server that list,
- * detach and attach would not know of.  What is left names them: the
+ * record of.  attach connects the device, then writes its record; killed
+ * in between (SIGKILL, the OOM killer), it leaves a connected device and
+ * a live server that list, detach and attach would not know of.  What is left names them: the
  * device's backend identifier (/sys/block/nbdN/backend) is the image's
  * identity, hence the attachment's name, hence its pid file and socket.
  * A device is an orphan only while nobody holds the image's claim: from
@@ -117,7 +117,8 @@ attachments_match (const char *what, const struct record *recs, size_t n)
   for (size_t i = 0; i < n; i++)
     if (idx >= 0 ? nbd_index (recs[i].device) == idx
                  : (name[0] && strcmp (recs[i].name, name) == 0) ||
-                   (realpath (what, real) && strcmp (recs[i].image, real) == 0) ||
+                   (realpath (what, real) &&
+                    strcmp (recs[i].image, real) == 0) ||
                    strcmp (recs[i].image, what) == 0)
       return &recs[i];
   return NULL;

@@ -7,9 +7,9 @@
  * held is refused unless --force.  Records whose server or device is gone
  * (stale) are cleaned up as well; a device whose number the kernel has
  * given to another attachment since is left alone.  A device connected
- * by an attach that died before its record (attachments.c) goes the same way,
- * its server found by the pid file of the attachment its identifier
- * names.
+ * by an attach that died before its record (attachments.c) goes the
+ * same way, its server found by the pid file of the attachment its
+ * identifier names.
  */
 #include <config.h>
 
@@ -154,8 +154,8 @@ detach_one (const struct detach_opts *o, const struct record *rec)
       r = &fresh;
   }
   /* The supervisor let go of it by exiting; anyone else (pdio restart's
-   * new supervisor) keeps it.  An orphan's is free (attachments.c): someone
-   * who took it since owns the attachment's files and server.
+   * new supervisor) keeps it.  An orphan's is free (attachments.c):
+   * someone who took it since owns the attachment's files and server.
    */
   claim = claim_take (r->name, "detaching", 2000, &h);
   if (claim < 0 && r->orphan) {

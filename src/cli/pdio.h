@@ -230,7 +230,7 @@ struct record {
   bool nbdkit;                  /* nbdkit + plugin, else pdio serve */
   char plugin[PATH_MAX];        /* with nbdkit: the plugin */
   unsigned threads;             /* pdio serve: worker threads */
-  /* Not a record read from the run directory: an orphan (attachments.c). */
+  /* Not read from the run directory: an orphan (attachments.c). */
   bool orphan;
 };
 /* Creates the run directory and takes its lock, which orders the changes
@@ -511,7 +511,7 @@ extern bool image_lock_free (const char *image, unsigned ms);
 /* Bytes of the image in the page cache (mincore), or -1. */
 extern int64_t image_cached_bytes (const char *image);
 
-/* --- attachments.c: the records and the orphans --------------------------- */
+/* --- attachments.c: the records and the orphans ------------------------ */
 /* Every record (records_load) and every orphan: a device connected with
  * a pdio identifier (backend_parse) that no record is of, and whose image
  * nobody claims -- an attach was killed between NBD_CMD_CONNECT and its
