@@ -2,12 +2,13 @@
  * every record, and every orphan -- a device pdio connected but has no
  * record of.  attach connects the device, then writes its record; killed
  * in between (SIGKILL, the OOM killer), it leaves a connected device and
- * a live server that list, detach and attach would not know of.  What is left names them: the
- * device's backend identifier (/sys/block/nbdN/backend) is the image's
- * identity, hence the attachment's name, hence its pid file and socket.
- * A device is an orphan only while nobody holds the image's claim: from
- * before the connect until the record is written, attach holds it, so
- * an attach still under way is never taken for one.
+ * a live server that list, detach and attach would not know of.  What is
+ * left names them: the device's backend identifier
+ * (/sys/block/nbdN/backend) is the image's identity, hence the
+ * attachment's name, hence its pid file and socket.  A device is an
+ * orphan only while nobody holds the image's claim: from before the
+ * connect until the record is written, attach holds it, so an attach
+ * still under way is never taken for one.
  */
 #include <config.h>
 

@@ -26,7 +26,8 @@ enum {
   EXIT_FAILED = 1,              /* failed; the reason is printed */
   EXIT_USAGE = 2,               /* bad command line */
   EXIT_NO_DRIVER = 3,           /* the kernel has no nbd driver */
-  EXIT_NOT_ROOT = 4,            /* not root: attach, detach, restart, resize; list of /run/pdio */
+  EXIT_NOT_ROOT = 4,            /* not root: attach, detach, restart,
+                                   resize; list of /run/pdio */
 };
 
 /* Defaults, each with its reason in pdio(1).
