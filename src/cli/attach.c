@@ -61,6 +61,7 @@ struct attach {
   int claim;                    /* the image's claim, or -1 */
   bool connected, recorded;
   struct record rec;
+  struct nl_sock *ev;           /* the driver's events, for the supervisor */
 };
 
 static void
@@ -430,6 +431,14 @@ connect_device (const struct attach_opts *o, struct attach *a)
 
   if (lock == -1)
     return false;
+  /* Listening from just before the connect: the kernel sends a LINK_DEAD
+   * once, and one sent while attach is still at work is the supervisor's
+   * to act on.  Not earlier: an event of the device that last had this
+   * number would make it replace a healthy connection.  If this fails,
+   * the supervisor tries again and says why.
+   */
+  if (!test_break ("events-late"))
+    a->ev = nbdnl_events_open (why, sizeof why);
   a->connected = true;
   if (!device_connect (&a->rec, why, sizeof why)) {
     if (a->rec.device[0])
@@ -593,9 +602,8 @@ static int
 attach_forked (const struct attach_opts *o, struct attach *a)
 {
   int p[2], status, r;
-  char c, why[256];
+  char c;
   pid_t pid;
-  struct nl_sock *ev;
 
   if (pipe2 (p, O_CLOEXEC) == -1) {
     errorf (CMD ": pipe: %m");
@@ -611,12 +619,6 @@ attach_forked (const struct attach_opts *o, struct attach *a)
     close (p[0]);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    /* Listening before the connect: the kernel does not repeat a
-     * LINK_DEAD sent while attach is still at work.  If this fails, the
-     * supervisor tries again and says why.
-     */
-    ev = test_break ("events-late") ? NULL
-      : nbdnl_events_open (why, sizeof why);
     if (!claim_image (o, a))
       _exit (EXIT_FAILED);
     r = attach_claimed (o, a);
@@ -631,7 +633,7 @@ attach_forked (const struct attach_opts *o, struct attach *a)
 
       if (test_break ("link-dead-at-attach"))
         device_break_link ();
-      supervise (&a->rec, &so, p[1], a->claim, false, ev);
+      supervise (&a->rec, &so, p[1], a->claim, false, a->ev);
     }
   }
   close (p[1]);
