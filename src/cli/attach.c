@@ -631,8 +631,9 @@ attach_forked (const struct attach_opts *o, struct attach *a)
       const struct server_opts so =
         record_server_opts (&a->rec, a->self, a->nbdkit, a->pidfile);
 
-      if (test_break ("link-dead-at-attach"))
-        device_break_link ();
+#ifdef PDIO_TEST_BREAKS
+      test_break_link ();
+#endif
       supervise (&a->rec, &so, p[1], a->claim, false, a->ev);
     }
   }

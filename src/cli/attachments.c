@@ -110,16 +110,22 @@ attachments_load (size_t *n)
 const struct record *
 attachments_match (const char *what, const struct record *recs, size_t n)
 {
-  char real[PATH_MAX], name[64] = "";
+  char real[PATH_MAX] = "", name[64] = "";
   int idx = nbd_index (what);
 
-  if (idx < 0 && !image_name (what, name, sizeof name))
-    name[0] = '\0';
+  /* An image by any of its paths (its identity), or by the path
+   * attached if it is gone.
+   */
+  if (idx < 0) {
+    if (!image_name (what, name, sizeof name))
+      name[0] = '\0';
+    if (!realpath (what, real))
+      real[0] = '\0';
+  }
   for (size_t i = 0; i < n; i++)
     if (idx >= 0 ? nbd_index (recs[i].device) == idx
                  : (name[0] && strcmp (recs[i].name, name) == 0) ||
-                   (realpath (what, real) &&
-                    strcmp (recs[i].image, real) == 0) ||
+                   (real[0] && strcmp (recs[i].image, real) == 0) ||
                    strcmp (recs[i].image, what) == 0)
       return &recs[i];
   return NULL;

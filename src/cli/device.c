@@ -14,7 +14,6 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -85,21 +84,6 @@ keep_flags (const struct record *r)
     ? NBD_CFLAG_DESTROY_ON_DISCONNECT : 0;
 }
 
-/* The test build's link-dead-at-attach: the first socket, kept open by
- * attach until device_break_link().
- */
-static int kept_fd = -1;
-
-void
-device_break_link (void)
-{
-  if (kept_fd >= 0) {
-    shutdown (kept_fd, SHUT_RDWR);
-    close (kept_fd);
-    kept_fd = -1;
-  }
-}
-
 bool
 device_connect (struct record *r, char *why, size_t len)
 {
@@ -130,11 +114,15 @@ device_connect (struct record *r, char *why, size_t len)
     idx = nbdnl_connect (&d, fds, r->connections, why, len);
   }
   /* The kernel holds its own references to the sockets. */
-  for (unsigned i = 0; i < r->connections; i++)
-    if (i == 0 && idx >= 0 && test_break ("link-dead-at-attach"))
-      kept_fd = fds[0];
-    else
-      close (fds[i]);
+  for (unsigned i = 0; i < r->connections; i++) {
+#ifdef PDIO_TEST_BREAKS
+    if (i == 0 && idx >= 0 && test_break ("link-dead-at-attach")) {
+      test_keep_link (fds[0]);
+      continue;
+    }
+#endif
+    close (fds[i]);
+  }
   if (idx < 0)
     return false;
   snprintf (r->device, sizeof r->device, "/dev/nbd%d", idx);

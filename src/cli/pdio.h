@@ -384,10 +384,6 @@ extern int nbdnl_events_read (struct nl_sock *s);
  * for it to come up.
  */
 extern bool device_connect (struct record *r, char *why, size_t len);
-/* The test build's link-dead-at-attach: shuts down the device's first
- * connection, as a kernel that gave up on it would.
- */
-extern void device_break_link (void);
 /* Fresh connections for a live device (after a restart, or a dead link);
  * the server must serve at least the device's size.
  */
@@ -477,6 +473,12 @@ extern bool test_break (const char *what);
 /* server-exits-with-supervisor: nbdkit as our child, dying with us. */
 extern pid_t test_start_server_tied (const struct server_opts *o,
                                      const char *log, char *why, size_t len);
+/* link-dead-at-attach: device_connect keeps the device's first socket
+ * open; test_break_link shuts it down, as a kernel that gave up on the
+ * connection would.
+ */
+extern void test_keep_link (int fd);
+extern void test_break_link (void);
 #else
 #define test_break(what) false
 #endif

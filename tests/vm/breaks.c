@@ -58,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,6 +80,24 @@ test_break (const char *what)
       v++;
   }
   return false;
+}
+
+static int kept_link = -1;
+
+void
+test_keep_link (int fd)
+{
+  kept_link = fd;
+}
+
+void
+test_break_link (void)
+{
+  if (kept_link >= 0) {
+    shutdown (kept_link, SHUT_RDWR);
+    close (kept_link);
+    kept_link = -1;
+  }
 }
 
 /* The design in which a device dies with its supervisor: the guest's
