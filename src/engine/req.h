@@ -80,8 +80,11 @@ struct req_state {
       unsigned n;
       int err;
     } ext;
-    /* Trim of a block device: BLKDISCARD's range and result. */
+    /* Trim of a block device: [pos, end) left to discard, BLKDISCARD's
+     * range for the piece on the helper thread, and its result.
+     */
     struct {
+      uint64_t pos, end;
       uint64_t range[2];
       int res;
     } discard;

@@ -257,6 +257,13 @@ trim_punched (struct req_state *rs, int res)
   trim_done (rs, res);
 }
 
+/* The most one BLKDISCARD asks of the device.  A trim may be 4 GiB, and
+ * the image has one helper thread: every BLOCK_STATUS of the image would
+ * wait behind one ioctl for all of it.  In pieces, the other jobs queued
+ * meanwhile run between two of them (the helper is FIFO).
+ */
+#define DISCARD_PIECE ((uint64_t) 64 << 20)
+
 /* On the helper thread. */
 static void
 discard_run (struct helper_job *j)
@@ -269,6 +276,18 @@ discard_run (struct helper_job *j)
     rs->discard.res = -errno;
 }
 
+static void
+discard_next (struct req_state *rs)
+{
+  uint64_t len = rs->discard.end - rs->discard.pos;
+
+  rs->discard.range[0] = rs->discard.pos;
+  rs->discard.range[1] = len < DISCARD_PIECE ? len : DISCARD_PIECE;
+  rs->discard.pos += rs->discard.range[1];
+  rs->helper_waiting = true;
+  helper_queue (rs->img, &rs->job);
+}
+
 /* Back on the request's thread, from poll. */
 static void
 discard_done (struct thread_work *w)
@@ -276,7 +295,10 @@ discard_done (struct thread_work *w)
   struct req_state *rs = container_of (w, struct req_state, job.done);
 
   rs->helper_waiting = false;
-  trim_done (rs, rs->discard.res);
+  if (rs->discard.res == 0 && rs->discard.pos < rs->discard.end)
+    discard_next (rs);
+  else
+    trim_done (rs, rs->discard.res);
 }
 
 void
@@ -291,13 +313,12 @@ trim_locked (struct req_state *rs)
     /* No io_uring opcode for a discard on the kernels we support, and the
      * ioctl waits for the device: on the helper thread.
      */
-    rs->discard.range[0] = u0;
-    rs->discard.range[1] = u1 - u0;
+    rs->discard.pos = u0;
+    rs->discard.end = u1;
     rs->job.run = discard_run;
     rs->job.t = rs->t;
     rs->job.done.fn = discard_done;
-    rs->helper_waiting = true;
-    helper_queue (img, &rs->job);
+    discard_next (rs);
   }
   else if (u0 < u1 && !atomic_load (&img->no_punch))
     req_issue (rs, SYSOP_FALLOCATE,

@@ -12,7 +12,7 @@ cleanup() {
 trap cleanup EXIT
 
 for sector in 512 4096; do
-    truncate -s 16M "$dir/backing-$sector"
+    truncate -s 192M "$dir/backing-$sector"   # sparse; room for a trim in pieces
     dev=$(losetup -f --show --sector-size "$sector" "$dir/backing-$sector")
     loops="$loops $dev"
     echo "== $dev, $sector-byte sectors"
