@@ -9,8 +9,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <linux/fs.h>
 
 #include "engine_internal.h"
@@ -130,28 +133,102 @@ engine_write_span (const struct pdio_image *img, uint64_t size,
  * are refused, with one clear message.
  *
  * An fstat per request would be a system call per write (a round trip on
- * FUSE or NFS), so one answer serves every request that had arrived when
- * it was made.  Arrival is counted in the thread's rounds, from one event
- * to the next (pdio_thread_poll called or returning, a batch of
- * completions taken in: thread_new_round): an fstat made in round n
- * started after everything that came in by round n, and sees any truncate
- * or unlink done before those requests were sent, so a client that
- * changes the file and then writes gets its error.  A request that came
- * in later asks the file again, and so does one that ends past the size
- * seen (the file may have grown back, or been grown for pdio_refresh_size:
- * an answer from before a resize never refuses the space it added).  The
- * end checked is clipped to size, the size the request started with
- * (req_state.size), not the size at open: after a resize that grew the
- * image, a write past the old end must still find the file that long.
- * Not caught: a change made after the fstat -- between it and the write,
- * or by someone racing the client; this is a guard against mistakes, not
- * a lock.
+ * FUSE or NFS).  The image is watched instead (inotify, IN_OPEN |
+ * IN_ATTRIB): whoever shrinks it opens it first (truncate(1), a shell's
+ * redirection, cp), and whoever deletes or replaces it changes its link
+ * count; pdio's own O_DIRECT writes raise neither.  Each thread with a
+ * ring keeps a multishot poll of the watch on it (thread.c), so an answer
+ * holds, with no system call, until an event arrives or for WATCH_TRUST_MS
+ * at most: what the watch cannot see (a truncate(2) by path, or through a
+ * descriptor opened before the server started: only IN_MODIFY, which our
+ * own writes raise too) is then seen within that time, at the cost of one
+ * fstat a second on a busy image, whatever the queue depth.  One inotify
+ * instance per image, not per thread: they are few per user (128 by
+ * default), and systemd and udev need theirs.  Events are drained by the
+ * first thread whose poll fires, which bumps img->watch_gen before it
+ * reads them; a thread whose own poll then finds the queue empty sees the
+ * new generation instead.  The watch only stands for requests that came
+ * in through the ring (the native server's: their front end gives the
+ * round, pdio_req.arrived): an event queued before such a request's bytes
+ * arrived is taken in before it when its receive was waiting, the poll's
+ * wakeup coming first, in the same completion order.  A request read from
+ * a backlog (its receive submitted after the event) may still be checked
+ * with the answer from before, within WATCH_TRUST_MS.  A start-and-wait
+ * caller (the nbdkit plugin) has polled nothing since its request came
+ * in, so its requests keep the rule below.
+ *
+ * Without the watch (no inotify, no ring, psync) one fstat serves every
+ * request that had arrived when it was made.  Arrival is counted in the
+ * thread's rounds, from one event to the next (pdio_thread_poll called or
+ * returning, a batch of completions taken in: thread_new_round): an fstat
+ * made in round n started after everything that came in by round n, and
+ * sees any truncate or unlink done before those requests were sent, so a
+ * client that changes the file and then writes gets its error.
+ *
+ * Either way a request asks the file again when it ends past the size
+ * seen (the file may have grown back, or been grown for
+ * pdio_refresh_size: an answer from before a resize never refuses the
+ * space it added).  The end checked is clipped to size, the size the
+ * request started with (req_state.size), not the size at open: after a
+ * resize that grew the image, a write past the old end must still find
+ * the file that long.  Not caught: a change made after the answer --
+ * between it and the write, or by someone racing the client -- and, with
+ * the watch, for up to WATCH_TRUST_MS, a truncate(2) by path or through a
+ * descriptor opened before the server started; this is a guard against
+ * mistakes, not a lock.
  */
+#define WATCH_TRUST_MS 1000
+
+/* The coarse clock is read in user space (vDSO): no system call. */
+static uint64_t
+coarse_ms (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void
+engine_watch_file (struct pdio_image *img)
+{
+  char path[64];
+
+  img->watch_fd = -1;
+  if (img->readonly || img->geo.blockdev)
+    return;
+  img->watch_fd = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+  if (img->watch_fd == -1) {
+    engine_debug (img, "%s: no inotify (%m): the file check asks the file "
+                  "once per round", img->file);
+    return;
+  }
+  snprintf (path, sizeof path, "/proc/self/fd/%d", img->fd);
+  if (inotify_add_watch (img->watch_fd, path, IN_OPEN | IN_ATTRIB) == -1) {
+    engine_debug (img, "%s: cannot watch it (%m): the file check asks the "
+                  "file once per round", img->file);
+    close (img->watch_fd);
+    img->watch_fd = -1;
+  }
+}
+
+void
+engine_file_event (struct pdio_image *img)
+{
+  char buf[1024] __attribute__ ((aligned (__alignof__ (struct inotify_event))));
+
+  /* Before the read: see the comment above. */
+  atomic_fetch_add (&img->watch_gen, 1);
+  while (read (img->watch_fd, buf, sizeof buf) > 0)
+    ;
+}
+
 int
-engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t size,
-                   uint64_t end)
+engine_check_file (struct pdio_thread *t, uint64_t arrived, bool by_ring,
+                   uint64_t size, uint64_t end)
 {
   struct pdio_image *img = t->img;
+  uint64_t gen = atomic_load (&img->watch_gen);
   struct stat st;
 
   /* A direct write ends at the next aligned offset, tail writes at the
@@ -163,8 +240,10 @@ engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t size,
 
   if (img->geo.blockdev)
     return 0;
-  if (t->checked_round && t->checked_round >= arrived &&
-      end <= t->checked_size)
+  if (t->checked_round && end <= t->checked_size &&
+      (t->checked_round >= arrived ||
+       (by_ring && t->watching && gen == t->watch_gen &&
+        coarse_ms () - t->checked_ms < WATCH_TRUST_MS)))
     return 0;
   COUNT (img, file_checks, 1);
   if (fstat (img->fd, &st) == -1)
@@ -176,6 +255,8 @@ engine_check_file (struct pdio_thread *t, uint64_t arrived, uint64_t size,
   }
   t->checked_round = t->round;
   t->checked_size = st.st_size;
+  t->watch_gen = gen;
+  t->checked_ms = coarse_ms ();
   if ((uint64_t) st.st_size < end) {
     engine_tell_changed (img, "the image shrank");
     return -ENOSPC;

@@ -70,6 +70,12 @@ struct pdio_image {
   size_t bounce_cap;            /* bounce bytes per chunk (BOUNCE_CAP) */
   bool bounce_canary;           /* see pdio_config */
   atomic_bool told_changed;     /* logged that the file shrank or went */
+  /* The file check's watch (engine.c): inotify on the image for opens
+   * and link-count changes, -1 without; watch_gen counts the times a
+   * thread found events on it.
+   */
+  int watch_fd;
+  _Atomic uint64_t watch_gen;
   struct range_lock lock;
   struct helper helper;         /* blocking calls, off the workers */
   atomic_uint threads;          /* pdio_threads alive */
@@ -145,6 +151,14 @@ struct pdio_thread {
   uint64_t round;
   uint64_t checked_round;
   uint64_t checked_size;
+  /* With the image's watch polled on this ring, an answer holds until an
+   * event says the file may have changed (or for a while), not only for
+   * its round.
+   */
+  bool watching;
+  uint64_t watch_gen;           /* img->watch_gen the answer was made at */
+  uint64_t checked_ms;          /* and when (engine.c's coarse clock) */
+  struct pdio_completion watch_comp;
 
   unsigned requests;            /* in flight, for pdio_thread_free */
   bool counted;                 /* in img->threads */
@@ -188,11 +202,18 @@ extern void engine_write_span (const struct pdio_image *img, uint64_t size,
                                uint64_t *start, uint64_t *end);
 
 /* Refuses I/O to a file that was deleted, or that is now shorter than end
- * (0: only the deletion check), as t saw it in round arrived or later (see
- * engine.c).  0 or -errno.
+ * (0: only the deletion check), as t saw it in round arrived or later, or
+ * with the image's watch quiet when by_ring (the request came in through
+ * a completion on t's ring: its front end gave its round); see engine.c.
+ * 0 or -errno.
  */
 extern int engine_check_file (struct pdio_thread *t, uint64_t arrived,
-                              uint64_t size, uint64_t end);
+                              bool by_ring, uint64_t size, uint64_t end);
+/* The image's watch for the file check: set up at open (-1 when it cannot
+ * be had), and what a thread does when its poll of it fires.
+ */
+extern void engine_watch_file (struct pdio_image *img);
+extern void engine_file_event (struct pdio_image *img);
 /* A new round for the file check: t is about to take in events that may
  * carry new requests (thread.c).
  */

@@ -300,7 +300,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   img = calloc (1, sizeof *img);
   if (img == NULL)
     return -errno;
-  img->fd = img->tail_fd = -1;
+  img->fd = img->tail_fd = img->watch_fd = -1;
   img->bounce_cap = BOUNCE_CAP;
   img->bounce_canary = cfg->bounce_canary;
   img->log = cfg->log;
@@ -356,6 +356,9 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
       goto fail;
     }
   }
+
+  /* After the last open of our own: the watch reports everyone's. */
+  engine_watch_file (img);
 
   img->zero_mem = mmap (NULL, ZERO_LEN + GEOMETRY_PAGE, PROT_READ,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -421,6 +424,8 @@ pdio_close (struct pdio_image *img)
    */
   if (img->fd >= 0)
     pdio_unlock_image (img);
+  if (img->watch_fd >= 0)
+    close (img->watch_fd);
   if (img->tail_fd >= 0)
     close (img->tail_fd);
   if (img->fd >= 0)

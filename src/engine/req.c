@@ -589,7 +589,8 @@ flush_synced (struct req_state *rs, int res)
     return;
   }
   /* Durable in a file nobody can reach is not durable. */
-  r = engine_check_file (rs->t, rs->arrived, rs->size, 0);
+  r = engine_check_file (rs->t, rs->arrived, rs->r->arrived != 0, rs->size,
+                         0);
   req_finish (rs, r == -ENOSPC ? 0 : r);
 }
 
@@ -643,7 +644,8 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_ZERO:
     if (r->count == 0)
       break;
-    err = engine_check_file (t, rs->arrived, rs->size, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, r->arrived != 0, rs->size,
+                             r->offset + r->count);
     if (err)
       break;
     if (r->op == PDIO_OP_WRITE) {
@@ -671,7 +673,8 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
   case PDIO_OP_LOCK:
     if (r->count == 0)
       break;
-    err = engine_check_file (t, rs->arrived, rs->size, r->offset + r->count);
+    err = engine_check_file (t, rs->arrived, r->arrived != 0, rs->size,
+                             r->offset + r->count);
     if (err)
       break;
     lock_then (rs, r->offset, r->count, lock_held);

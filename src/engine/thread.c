@@ -190,6 +190,47 @@ efd_arm (struct pdio_thread *t)
   io_uring_sqe_set_data (sqe, &t->efd_comp);
 }
 
+static void watch_arm (struct pdio_thread *t);
+
+static void
+watch_fired (struct pdio_completion *c, int res, uint32_t cqe_flags)
+{
+  struct pdio_thread *t = container_of (c, struct pdio_thread, watch_comp);
+
+  if (res < 0) {
+    /* No multishot poll (before Linux 5.13), or the ring is going: back
+     * to one answer per round.
+     */
+    t->watching = false;
+    return;
+  }
+  if (res & POLLIN)
+    engine_file_event (t->img);
+  if (!(cqe_flags & IORING_CQE_F_MORE)) {
+    /* Between this poll and the next, events may come and be drained by
+     * another thread: they bump watch_gen, which the check reads.
+     */
+    watch_arm (t);
+  }
+}
+
+/* The image's watch, polled for as long as the ring lives (engine.c's
+ * file check).
+ */
+static void
+watch_arm (struct pdio_thread *t)
+{
+  struct io_uring_sqe *sqe;
+
+  t->watching = false;
+  if (t->img->watch_fd < 0 || (sqe = pdio_thread_sqe (t)) == NULL)
+    return;
+  io_uring_prep_poll_multishot (sqe, t->img->watch_fd, POLLIN);
+  t->watch_comp.fn = watch_fired;
+  io_uring_sqe_set_data (sqe, &t->watch_comp);
+  t->watching = true;
+}
+
 /* A ring only this thread submits to, running completion work when it
  * waits (Linux 6.1+), falling back to a plain ring.
  */
@@ -682,6 +723,7 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
       t->fixed_buf =
         io_uring_register_buffers_sparse (&t->ring, t->pool.nchunks) == 0;
     efd_arm (t);
+    watch_arm (t);
   }
   else if (img->backend == PDIO_BACKEND_URING)
     engine_debug (img, "io_uring setup failed in this thread (%s): it uses "
