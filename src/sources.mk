@@ -22,8 +22,10 @@ ENGINE_H = \
 ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 
 # The NBD wire format, shared by the server and pdio(1)'s client
-# handshake: pure, the fuzzers drive it.
-PROTOCOL_C = %reldir%/protocol/proto.c
+# handshake: the codec of each phase's messages and the spec's rules;
+# pure, the fuzzers drive it.
+PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
+	%reldir%/protocol/transmission_wire.c %reldir%/protocol/proto.c
 PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the
