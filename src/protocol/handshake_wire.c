@@ -9,6 +9,14 @@
 
 #include "proto.h"
 
+/* A string field: memcpy may not be given NULL, even for no bytes. */
+static void
+put_bytes (uint8_t *p, const void *s, size_t n)
+{
+  if (n)
+    memcpy (p, s, n);
+}
+
 size_t
 nbd_greeting (uint8_t buf[NBD_GREETING_LEN], uint16_t gflags)
 {
@@ -98,8 +106,7 @@ nbd_info_request (uint8_t *buf, const void *name, uint32_t name_len,
   uint8_t *p = buf + 4 + name_len;
 
   nbd_put32 (buf, name_len);
-  if (name_len)
-    memcpy (buf + 4, name, name_len);
+  put_bytes (buf + 4, name, name_len);
   nbd_put16 (p, n_infos);
   for (uint16_t i = 0; i < n_infos; i++)
     nbd_put16 (p + 2 + 2 * i, infos[i]);
@@ -145,8 +152,7 @@ size_t
 nbd_info_string (uint8_t *p, uint16_t type, const void *s, size_t n)
 {
   nbd_put16 (p, type);
-  if (n)
-    memcpy (p + 2, s, n);
+  put_bytes (p + 2, s, n);
   return NBD_INFO_STRING_LEN (n);
 }
 
@@ -196,10 +202,8 @@ nbd_rep_server (uint8_t *p, const void *name, uint32_t name_len,
                 const void *desc, size_t desc_len)
 {
   nbd_put32 (p, name_len);
-  if (name_len)
-    memcpy (p + 4, name, name_len);
-  if (desc_len)
-    memcpy (p + 4 + name_len, desc, desc_len);
+  put_bytes (p + 4, name, name_len);
+  put_bytes (p + 4 + name_len, desc, desc_len);
   return NBD_REP_SERVER_LEN (name_len, desc_len);
 }
 
@@ -247,8 +251,7 @@ size_t
 nbd_meta_context_reply (uint8_t *p, uint32_t id, const void *name, size_t n)
 {
   nbd_put32 (p, id);
-  if (n)
-    memcpy (p + 4, name, n);
+  put_bytes (p + 4, name, n);
   return NBD_META_CONTEXT_REPLY_LEN (n);
 }
 

@@ -141,14 +141,22 @@
 #define NBD_REQUEST_LEN           28
 #define NBD_SIMPLE_REPLY_LEN      16
 #define NBD_CHUNK_HEADER_LEN      20
-#define NBD_OFFSET_DATA_HEADER_LEN (NBD_CHUNK_HEADER_LEN + 8)
-#define NBD_ERROR_CHUNK_LEN       (NBD_CHUNK_HEADER_LEN + 6)
+/* The fixed start of each structured chunk's payload: OFFSET_DATA's
+ * offset (the data follows), ERROR's error and message length (the
+ * message follows), BLOCK_STATUS's context id (the descriptors follow).
+ */
+#define NBD_OFFSET_DATA_FIXED     8
+#define NBD_ERROR_FIXED           6
+#define NBD_BLOCK_STATUS_FIXED    4
+#define NBD_OFFSET_DATA_HEADER_LEN (NBD_CHUNK_HEADER_LEN + NBD_OFFSET_DATA_FIXED)
+#define NBD_ERROR_CHUNK_LEN       (NBD_CHUNK_HEADER_LEN + NBD_ERROR_FIXED)
 /* Block status chunk: header, context id, then one descriptor (length,
  * flags) per extent.
  */
 #define NBD_EXTENT_LEN            8
 #define NBD_BLOCK_STATUS_LEN(n) \
-  (NBD_CHUNK_HEADER_LEN + 4 + NBD_EXTENT_LEN * (size_t) (n))
+  (NBD_CHUNK_HEADER_LEN + NBD_BLOCK_STATUS_FIXED + \
+   NBD_EXTENT_LEN * (size_t) (n))
 /* How many extents a block status chunk of len bytes (at least
  * NBD_BLOCK_STATUS_LEN (0)) has room for.
  */

@@ -78,8 +78,7 @@ nbd_offset_data_header (uint8_t *buf, uint64_t cookie, uint64_t offset,
 {
   nbd_chunk_header (buf, last ? NBD_REPLY_FLAG_DONE : 0,
                     NBD_REPLY_TYPE_OFFSET_DATA, cookie,
-                    data_len + (NBD_OFFSET_DATA_HEADER_LEN -
-                                NBD_CHUNK_HEADER_LEN));
+                    NBD_OFFSET_DATA_FIXED + data_len);
   nbd_put64 (buf + NBD_CHUNK_HEADER_LEN, offset);
   return NBD_OFFSET_DATA_HEADER_LEN;
 }
@@ -88,13 +87,11 @@ bool
 nbd_parse_offset_data (const uint8_t *payload, uint32_t len, uint64_t *offset,
                        const uint8_t **data, uint32_t *data_len)
 {
-  const uint32_t fixed = NBD_OFFSET_DATA_HEADER_LEN - NBD_CHUNK_HEADER_LEN;
-
-  if (len < fixed)
+  if (len < NBD_OFFSET_DATA_FIXED)
     return false;
   *offset = nbd_get64 (payload);
-  *data = payload + fixed;
-  *data_len = len - fixed;
+  *data = payload + NBD_OFFSET_DATA_FIXED;
+  *data_len = len - NBD_OFFSET_DATA_FIXED;
   return true;
 }
 
@@ -109,7 +106,7 @@ size_t
 nbd_error_chunk (uint8_t *buf, uint64_t cookie, uint32_t error)
 {
   nbd_chunk_header (buf, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, cookie,
-                    NBD_ERROR_CHUNK_LEN - NBD_CHUNK_HEADER_LEN);
+                    NBD_ERROR_FIXED);
   nbd_put32 (buf + NBD_CHUNK_HEADER_LEN, error);
   nbd_put16 (buf + NBD_CHUNK_HEADER_LEN + 4, 0);        /* no message */
   return NBD_ERROR_CHUNK_LEN;
@@ -119,15 +116,13 @@ bool
 nbd_parse_error_chunk (const uint8_t *payload, uint32_t len, uint32_t *error,
                        const uint8_t **msg, uint16_t *msg_len)
 {
-  const uint32_t fixed = NBD_ERROR_CHUNK_LEN - NBD_CHUNK_HEADER_LEN;
-
-  if (len < fixed)
+  if (len < NBD_ERROR_FIXED)
     return false;
   *error = nbd_get32 (payload);
   *msg_len = nbd_get16 (payload + 4);
-  *msg = payload + fixed;
+  *msg = payload + NBD_ERROR_FIXED;
   /* The spec lets more follow the message (ERROR_OFFSET's offset). */
-  return *msg_len <= len - fixed;
+  return *msg_len <= len - NBD_ERROR_FIXED;
 }
 
 void
@@ -183,12 +178,11 @@ bool
 nbd_parse_block_status (const uint8_t *payload, uint32_t len,
                         uint32_t *context, size_t *n)
 {
-  const uint32_t fixed = NBD_BLOCK_STATUS_LEN (0) - NBD_CHUNK_HEADER_LEN;
-
-  if (len < fixed + NBD_EXTENT_LEN || (len - fixed) % NBD_EXTENT_LEN)
+  if (len < NBD_BLOCK_STATUS_FIXED + NBD_EXTENT_LEN ||
+      (len - NBD_BLOCK_STATUS_FIXED) % NBD_EXTENT_LEN)
     return false;
   *context = nbd_get32 (payload);
-  *n = (len - fixed) / NBD_EXTENT_LEN;
+  *n = (len - NBD_BLOCK_STATUS_FIXED) / NBD_EXTENT_LEN;
   return true;
 }
 
@@ -196,7 +190,7 @@ void
 nbd_parse_extent (const uint8_t *payload, size_t i, uint32_t *length,
                   uint32_t *flags)
 {
-  const uint8_t *d = payload + NBD_BLOCK_STATUS_LEN (i) - NBD_CHUNK_HEADER_LEN;
+  const uint8_t *d = payload + NBD_BLOCK_STATUS_FIXED + NBD_EXTENT_LEN * i;
 
   *length = nbd_get32 (d);
   *flags = nbd_get32 (d + 4);
