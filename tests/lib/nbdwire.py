@@ -1,9 +1,10 @@
 """The NBD wire format for the Python test clients that speak it by hand
 (tests/server/rawclient.py, tests/server/tlsclient.py, the seed corpus of
 tests/robust/mkcorpus-server.py and the short clients inside the server
-tests): the constants, each message as bytes, and a socket's side of the
-handshake.  The C side's one codec is src/protocol (proto.h); this is the
-same layout, for what libnbd will not send.
+tests): the constants, each message as bytes (a client's, and a
+server's for the fuzzer's seeds), and a socket's side of the handshake.
+The C side's one codec is src/protocol (proto.h); this is the same
+layout, for what libnbd will not send.
 
 Socket helpers raise Closed when the server hangs up, resets or times
 out, and SystemExit on a reply that breaks the protocol.
@@ -34,6 +35,10 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_TRIM = 0, 1, 2, 3, 4
 CMD_WRITE_ZEROES, CMD_BLOCK_STATUS = 6, 7
 CMD_FLAG_FUA, CMD_FLAG_NO_HOLE, CMD_FLAG_DF = 1, 2, 4
 CMD_FLAG_REQ_ONE, CMD_FLAG_FAST_ZERO = 8, 16
+
+REPLY_FLAG_DONE = 1
+REPLY_TYPE_NONE, REPLY_TYPE_OFFSET_DATA, REPLY_TYPE_BLOCK_STATUS = 0, 1, 5
+REPLY_TYPE_ERROR = 0x8001
 
 EINVAL = 22
 
@@ -67,8 +72,62 @@ def meta_request(queries, name=b""):
             + b"".join(struct.pack(">I", len(q)) + q for q in queries))
 
 
-def request(typ, offset=0, count=0, cookie=1, flags=0, magic=REQUEST_MAGIC):
-    return struct.pack(">IHHQQI", magic, flags, typ, cookie, offset, count)
+def request(typ, offset=0, count=0, cookie=1, flags=0):
+    return struct.pack(">IHHQQI", REQUEST_MAGIC, flags, typ, cookie, offset,
+                       count)
+
+
+def server_greeting(gflags=FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES):
+    return struct.pack(">QQH", NBDMAGIC, IHAVEOPT, gflags)
+
+
+def reply(typ, payload=b"", option=OPT_GO):
+    """An option reply and its payload."""
+    return struct.pack(">QIII", REP_MAGIC, option, typ, len(payload)) + payload
+
+
+def info_export(size, eflags):
+    return struct.pack(">HQH", INFO_EXPORT, size, eflags)
+
+
+def info_string(typ, s):
+    """NBD_INFO_NAME or NBD_INFO_DESCRIPTION."""
+    return struct.pack(">H", typ) + s
+
+
+def info_block_size(minimum, preferred, maximum):
+    return struct.pack(">HIII", INFO_BLOCK_SIZE, minimum, preferred, maximum)
+
+
+def meta_context(context_id, name):
+    return struct.pack(">I", context_id) + name
+
+
+def simple(error=0, cookie=1):
+    """A simple reply's header."""
+    return struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, error, cookie)
+
+
+def chunk(typ, payload=b"", flags=REPLY_FLAG_DONE, cookie=1):
+    """A structured reply chunk and its payload."""
+    return struct.pack(">IHHQI", STRUCTURED_REPLY_MAGIC, flags, typ, cookie,
+                       len(payload)) + payload
+
+
+def offset_data(offset, data):
+    return struct.pack(">Q", offset) + data
+
+
+def error_payload(error, message=b"", length=None):
+    """ERROR's payload (length, if given, in place of the message's own)."""
+    return struct.pack(">IH", error,
+                       len(message) if length is None else length) + message
+
+
+def block_status(context_id, extents):
+    """BLOCK_STATUS's payload: (length, flags) per extent."""
+    return struct.pack(">I", context_id) + b"".join(
+        struct.pack(">II", length, flags) for length, flags in extents)
 
 
 # --- a socket ------------------------------------------------------------------
@@ -144,6 +203,13 @@ def info_type(payload):
     return struct.unpack(">H", payload[:2])[0]
 
 
+def parse_info_export(payload):
+    """NBD_INFO_EXPORT's (size, transmission flags)."""
+    if len(payload) != 12:
+        raise SystemExit("NBD_INFO_EXPORT of %d bytes" % len(payload))
+    return struct.unpack(">QH", payload[2:])
+
+
 def go(s, infos=(INFO_BLOCK_SIZE,)):
     """NBD_OPT_GO for the default export, its replies up to the ACK;
     returns (size, transmission flags)."""
@@ -153,7 +219,7 @@ def go(s, infos=(INFO_BLOCK_SIZE,)):
         opt, typ, data = option_reply(s)
         if typ == REP_INFO:
             if info_type(data) == INFO_EXPORT:
-                export = struct.unpack(">QH", data[2:12])
+                export = parse_info_export(data)
         elif typ == REP_ACK:
             break
         else:

@@ -13,9 +13,12 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "lib"))
 from nbdwire import (  # noqa: E402
-    C_FIXED_NEWSTYLE, C_NO_ZEROES, IHAVEOPT, NBDMAGIC, OPT_GO, REP_MAGIC,
-    SIMPLE_REPLY_MAGIC, STRUCTURED_REPLY_MAGIC, client_flags, info_request,
-    meta_request, option, request)
+    C_FIXED_NEWSTYLE, C_NO_ZEROES, INFO_DESCRIPTION, INFO_NAME, REP_ACK,
+    REP_INFO, REP_META_CONTEXT, REPLY_TYPE_BLOCK_STATUS, REPLY_TYPE_ERROR,
+    REPLY_TYPE_NONE, REPLY_TYPE_OFFSET_DATA, block_status, chunk,
+    client_flags, error_payload, info_block_size, info_export, info_request,
+    info_string, meta_context, meta_request, offset_data, option, reply,
+    request, server_greeting, simple)
 
 out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "corpus-server")
@@ -90,41 +93,28 @@ for name, body in seeds.items():
 
 
 # What a server sends, for the client's readers (byte 0 bit 6).
-def hello_from_server(gflags=3):
-    return struct.pack(">QQH", NBDMAGIC, IHAVEOPT, gflags)
-
-
-def reply(typ, payload=b"", option=OPT_GO):
-    return struct.pack(">QIII", REP_MAGIC, option, typ, len(payload)) + payload
-
-
-def chunk(typ, payload=b"", flags=1, cookie=1):
-    return struct.pack(">IHHQI", STRUCTURED_REPLY_MAGIC, flags, typ, cookie,
-                       len(payload)) + payload
-
-
-def simple(error=0, cookie=1):
-    return struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, error, cookie)
-
-
+INFO, ACK = REP_INFO, REP_ACK
 client = {
-    "client-go": hello_from_server() +
-        reply(3, struct.pack(">HQH", 0, 1 << 30, 0x1cd)) +
-        reply(3, struct.pack(">H", 1) + b"name") +
-        reply(3, struct.pack(">H", 2) + b"a description") +
-        reply(3, struct.pack(">HIII", 3, 512, 4096, 32 << 20)) +
-        reply(3, struct.pack(">H", 99) + b"?") +
-        reply(4, struct.pack(">I", 1) + b"base:allocation") +
-        reply(1) + simple() + simple(22, 2) +
-        chunk(1, struct.pack(">Q", 4096) + b"d" * 16, flags=0) +
-        chunk(5, struct.pack(">IIIII", 1, 4096, 0, 8192, 3)) +
-        chunk(0x8001, struct.pack(">IH", 5, 3) + b"bad") + chunk(0),
-    "client-malformed": hello_from_server() +
-        reply(3, struct.pack(">HQ", 0, 1 << 30) + b"x") +
-        reply(3, struct.pack(">HIII", 3, 512, 4096, 1) + b"x") +
-        reply(3, b"\0") + reply(4, b"\0\0\1") + reply(1) +
-        chunk(5, b"\0" * 7) + chunk(0x8001, struct.pack(">IH", 5, 9) + b"x") +
-        chunk(1, b"\0" * 4),
+    "client-go": server_greeting() +
+        reply(INFO, info_export(1 << 30, 0x1cd)) +
+        reply(INFO, info_string(INFO_NAME, b"name")) +
+        reply(INFO, info_string(INFO_DESCRIPTION, b"a description")) +
+        reply(INFO, info_block_size(512, 4096, 32 << 20)) +
+        reply(INFO, info_string(99, b"?")) +
+        reply(REP_META_CONTEXT, meta_context(1, b"base:allocation")) +
+        reply(ACK) + simple() + simple(22, 2) +
+        chunk(REPLY_TYPE_OFFSET_DATA, offset_data(4096, b"d" * 16), flags=0) +
+        chunk(REPLY_TYPE_BLOCK_STATUS, block_status(1, [(4096, 0), (8192, 3)])) +
+        chunk(REPLY_TYPE_ERROR, error_payload(5, b"bad")) +
+        chunk(REPLY_TYPE_NONE),
+    # Each payload a byte short or over, an error message running past.
+    "client-malformed": server_greeting() +
+        reply(INFO, info_export(1 << 30, 0)[:-1]) +
+        reply(INFO, info_block_size(512, 4096, 1) + b"x") +
+        reply(INFO, b"\0") + reply(REP_META_CONTEXT, b"\0\0\1") + reply(ACK) +
+        chunk(REPLY_TYPE_BLOCK_STATUS, b"\0" * 7) +
+        chunk(REPLY_TYPE_ERROR, error_payload(5, b"x", length=9)) +
+        chunk(REPLY_TYPE_OFFSET_DATA, b"\0" * 4),
 }
 for name, body in client.items():
     with open(os.path.join(out, name), "wb") as f:
