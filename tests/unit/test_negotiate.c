@@ -371,6 +371,81 @@ refused (const char *what, const struct script *pre,
   printf ("  %s: %s\n", what, why);
 }
 
+/* Replies to GO that break the protocol, after a good greeting. */
+static void
+error_reply (struct script *sc)
+{
+  memcpy (rep (sc, NBD_OPT_GO, NBD_REP_ERR_POLICY, 7), "go away", 7);
+}
+
+static void
+no_export (struct script *sc)
+{
+  rep_block_size (sc);
+  rep (sc, NBD_OPT_GO, NBD_REP_ACK, 0);
+}
+
+static void
+other_option (struct script *sc)
+{
+  rep (sc, NBD_OPT_INFO, NBD_REP_ACK, 0);
+}
+
+static void
+too_long (struct script *sc)
+{
+  rep (sc, NBD_OPT_GO, NBD_REP_INFO, 2000);
+}
+
+static void
+wrong_magic (struct script *sc)
+{
+  rep_export (sc, 1);
+  sc->b[3] ^= 0xff;
+}
+
+static void
+export_cut_short (struct script *sc)
+{
+  nbd_info_export (rep (sc, NBD_OPT_GO, NBD_REP_INFO,
+                        NBD_INFO_EXPORT_LEN - 1), 1, 0);
+}
+
+static void
+info_without_type (struct script *sc)
+{
+  rep (sc, NBD_OPT_GO, NBD_REP_INFO, 1);
+}
+
+static void
+hang_up_in_reply (struct script *sc)
+{
+  rep_export (sc, 1);
+  sc->n -= 3;                   /* then the server hangs up */
+}
+
+static const struct {
+  const char *what;
+  void (*replies) (struct script *);
+  const char *want;             /* in the client's message */
+} broken[] = {
+  { "an error reply", error_reply,
+    "the server refused NBD_OPT_GO (error 0x80000002): go away" },
+  { "no NBD_INFO_EXPORT", no_export, "the server sent no NBD_INFO_EXPORT" },
+  { "a reply to another option", other_option,
+    "bad reply to NBD_OPT_GO (option 6, length 0)" },
+  { "a reply too long to keep", too_long,
+    "bad reply to NBD_OPT_GO (option 7, length 2000)" },
+  { "a reply with a wrong magic", wrong_magic,
+    "bad reply to NBD_OPT_GO: not an option reply" },
+  { "an INFO_EXPORT cut short", export_cut_short,
+    "a malformed NBD_REP_INFO (11 bytes)" },
+  { "an INFO without its type", info_without_type,
+    "a malformed NBD_REP_INFO (1 bytes)" },
+  { "a hang-up in a reply", hang_up_in_reply,
+    "reading the reply to NBD_OPT_GO" },
+};
+
 static void
 test_scripted (void)
 {
@@ -431,42 +506,11 @@ test_scripted (void)
     refused ("a server that hangs up at once", &bad, NULL,
              "reading the server's greeting");
   }
-  post.n = 0;
-  memcpy (rep (&post, NBD_OPT_GO, NBD_REP_ERR_POLICY, 7), "go away", 7);
-  refused ("an error reply", &greet, &post,
-           "the server refused NBD_OPT_GO (error 0x80000002): go away");
-  post.n = 0;
-  rep_block_size (&post);
-  rep (&post, NBD_OPT_GO, NBD_REP_ACK, 0);
-  refused ("no NBD_INFO_EXPORT", &greet, &post,
-           "the server sent no NBD_INFO_EXPORT");
-  post.n = 0;
-  rep (&post, NBD_OPT_INFO, NBD_REP_ACK, 0);
-  refused ("a reply to another option", &greet, &post,
-           "bad reply to NBD_OPT_GO (option 6, length 0)");
-  post.n = 0;
-  rep (&post, NBD_OPT_GO, NBD_REP_INFO, 2000);
-  refused ("a reply too long to keep", &greet, &post,
-           "bad reply to NBD_OPT_GO (option 7, length 2000)");
-  post.n = 0;
-  rep_export (&post, 1);
-  post.b[3] ^= 0xff;
-  refused ("a reply with a wrong magic", &greet, &post,
-           "bad reply to NBD_OPT_GO: not an option reply");
-  post.n = 0;
-  nbd_info_export (rep (&post, NBD_OPT_GO, NBD_REP_INFO,
-                        NBD_INFO_EXPORT_LEN - 1), 1, 0);
-  refused ("an INFO_EXPORT cut short", &greet, &post,
-           "a malformed NBD_REP_INFO (11 bytes)");
-  post.n = 0;
-  rep (&post, NBD_OPT_GO, NBD_REP_INFO, 1);
-  refused ("an INFO without its type", &greet, &post,
-           "a malformed NBD_REP_INFO (1 bytes)");
-  post.n = 0;
-  rep_export (&post, 1);
-  post.n -= 3;                  /* then the server hangs up */
-  refused ("a hang-up in a reply", &greet, &post,
-           "reading the reply to NBD_OPT_GO");
+  for (size_t k = 0; k < sizeof broken / sizeof broken[0]; k++) {
+    post.n = 0;
+    broken[k].replies (&post);
+    refused (broken[k].what, &greet, &post, broken[k].want);
+  }
 }
 
 /* Connections that disagree are refused, and none is left open. */
