@@ -7,11 +7,11 @@
  *    out-of-range, zero-length, oversize and wrongly flagged requests go
  *    over the wire as asked; structured replies and base:allocation are
  *    negotiated as any modern client does;
- *  - a raw socket speaking the protocol by hand (fixed newstyle,
- *    NBD_OPT_GO, no structured replies), for what libnbd refuses to send
- *    at all: data requests over 64 MiB, unknown command types, a bad
- *    request magic, a write whose payload never comes.  One fresh
- *    connection per raw request.
+ *  - a raw socket speaking the protocol itself, with src/protocol's
+ *    codec (fixed newstyle, NBD_OPT_GO, no structured replies), for what
+ *    libnbd refuses to send at all: data requests over 64 MiB, unknown
+ *    command types, a bad request magic, a write whose payload never
+ *    comes.  One fresh connection per raw request.
  *
  * REQ is KIND:ARGS=EXPECT.
  *   read:OFF:LEN[:FLAGS]        libnbd requests; FLAGS is a number (NBD
