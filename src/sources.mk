@@ -22,8 +22,10 @@ ENGINE_H = \
 ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 
 # The NBD wire format, shared by the server and pdio(1)'s client
-# handshake: pure, the fuzzers drive it.
-PROTOCOL_C = %reldir%/protocol/proto.c
+# handshake: the codec of each phase's messages and the spec's rules;
+# pure, the fuzzers drive it.
+PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
+	%reldir%/protocol/transmission_wire.c %reldir%/protocol/proto.c
 PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the
@@ -40,16 +42,18 @@ SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
 # umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone),
-# and so is watchdog.c (tests/unit/test_watchdog).
+# and so is watchdog.c (tests/unit/test_watchdog); negotiate.c needs only
+# a socket (tests/unit/test_negotiate).
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
-CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) \
+CLI_NEGOTIATE_C = %reldir%/cli/negotiate.c
+CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \
 	%reldir%/cli/umount_pdio.c %reldir%/cli/supervise.c \
 	%reldir%/cli/announce.c %reldir%/cli/daemon.c \
-	%reldir%/cli/server_cmd.c %reldir%/cli/device.c %reldir%/cli/negotiate.c \
+	%reldir%/cli/server_cmd.c %reldir%/cli/device.c \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
 	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
 	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c

@@ -155,16 +155,19 @@ read_info_replies (int fd, uint32_t want, struct nbd_offer *o, char *why,
   for (;;) {
     uint8_t r[NBD_OPTION_REPLY_LEN], data[1024];
     uint32_t opt, type, n;
+    struct nbd_info info;
 
     if (!xread (fd, r, sizeof r)) {
       snprintf (why, len, "reading the reply to %s: %m", name);
       return false;
     }
-    if (!nbd_parse_option_reply (r, &opt, &type, &n) ||
-        opt != want || n > sizeof data) {
-      snprintf (why, len, "bad reply to %s (magic %#llx, option %u, "
-                "length %u)", name, (unsigned long long) nbd_get64 (r), opt,
-                n);
+    if (!nbd_parse_option_reply (r, &opt, &type, &n)) {
+      snprintf (why, len, "bad reply to %s: not an option reply", name);
+      return false;
+    }
+    if (opt != want || n > sizeof data) {
+      snprintf (why, len, "bad reply to %s (option %u, length %u)", name,
+                opt, n);
       return false;
     }
     if (!xread (fd, data, n)) {
@@ -181,22 +184,23 @@ read_info_replies (int fd, uint32_t want, struct nbd_offer *o, char *why,
         snprintf (why, len, "the server sent no NBD_INFO_EXPORT");
       return have_export;
     }
-    if (type != NBD_REP_INFO || n < 2)
+    if (type != NBD_REP_INFO)
       continue;                 /* other replies may be ignored */
-    switch (nbd_get16 (data)) {
+    if (!nbd_parse_info (data, n, &info)) {
+      snprintf (why, len, "bad reply to %s: a malformed NBD_REP_INFO "
+                "(%u bytes)", name, n);
+      return false;
+    }
+    switch (info.type) {
     case NBD_INFO_EXPORT:
-      if (n >= 12) {
-        o->size = nbd_get64 (data + 2);
-        o->eflags = nbd_get16 (data + 10);
-        have_export = true;
-      }
+      o->size = info.size;
+      o->eflags = info.eflags;
+      have_export = true;
       break;
     case NBD_INFO_BLOCK_SIZE:
-      if (n >= 14) {
-        o->block_min = nbd_get32 (data + 2);
-        o->block_preferred = nbd_get32 (data + 6);
-        o->block_max = nbd_get32 (data + 10);
-      }
+      o->block_min = info.block_min;
+      o->block_preferred = info.block_preferred;
+      o->block_max = info.block_max;
       break;
     }
   }
@@ -209,8 +213,9 @@ static bool
 negotiate (int fd, const char *where, uint32_t opt, struct nbd_offer *o,
            char *why, size_t len)
 {
-  uint8_t hello[18], cflags[4];
-  uint8_t info[4 + 2 + 2];      /* name length 0, "", 1 request */
+  static const uint16_t want[] = { NBD_INFO_BLOCK_SIZE };
+  uint8_t hello[NBD_GREETING_LEN], cflags[NBD_CLIENT_FLAGS_LEN];
+  uint8_t info[NBD_INFO_REQUEST_LEN (0, 1)];    /* "", the block sizes */
   uint16_t sflags;
   char reason[256];
 
@@ -219,17 +224,14 @@ negotiate (int fd, const char *where, uint32_t opt, struct nbd_offer *o,
     snprintf (why, len, "%s: reading the server's greeting: %m", where);
     return false;
   }
-  sflags = nbd_get16 (hello + 16);
-  if (nbd_get64 (hello) != NBD_MAGIC || nbd_get64 (hello + 8) != NBD_IHAVEOPT ||
+  if (!nbd_parse_greeting (hello, &sflags) ||
       !(sflags & NBD_FLAG_FIXED_NEWSTYLE)) {
     snprintf (why, len, "%s: not a fixed-newstyle NBD server", where);
     return false;
   }
-  nbd_put32 (cflags, NBD_FLAG_C_FIXED_NEWSTYLE |
-                     (sflags & NBD_FLAG_NO_ZEROES ? NBD_FLAG_C_NO_ZEROES : 0));
-  memset (info, 0, sizeof info);
-  nbd_put16 (info + 4, 1);      /* one information request ... */
-  nbd_put16 (info + 6, NBD_INFO_BLOCK_SIZE);    /* ... for the block sizes */
+  nbd_client_flags (cflags, NBD_FLAG_C_FIXED_NEWSTYLE |
+                    (sflags & NBD_FLAG_NO_ZEROES ? NBD_FLAG_C_NO_ZEROES : 0));
+  nbd_info_request (info, "", 0, want, 1);
   if (!xwrite (fd, cflags, sizeof cflags) ||
       !send_option (fd, opt, info, sizeof info)) {
     snprintf (why, len, "%s: sending %s: %m", where, option_name (opt));

@@ -85,9 +85,13 @@ watchdog_forget (struct watchdog *w)
 static size_t
 reply_len (const struct watchdog *w)
 {
+  uint32_t error;
+  uint64_t cookie;
+
   if (w->got < NBD_SIMPLE_REPLY_LEN)
     return NBD_SIMPLE_REPLY_LEN;
-  return NBD_SIMPLE_REPLY_LEN + (nbd_get32 (w->reply + 4) ? 0 : w->len);
+  nbd_parse_simple_reply (w->reply, &error, &cookie);
+  return NBD_SIMPLE_REPLY_LEN + (error ? 0 : w->len);
 }
 
 /* Reads what is there of the reply; true once it is whole. */
@@ -98,10 +102,13 @@ read_reply (struct watchdog *w, long now)
     ssize_t r = recv (w->fd, w->reply + w->got, reply_len (w) - w->got, 0);
 
     if (r > 0) {
+      uint32_t error;
+      uint64_t cookie;
+
       w->got += r;
       if (w->got == NBD_SIMPLE_REPLY_LEN &&
-          (nbd_get32 (w->reply) != NBD_SIMPLE_REPLY_MAGIC ||
-           nbd_get64 (w->reply + 8) != w->cookie)) {
+          (!nbd_parse_simple_reply (w->reply, &error, &cookie) ||
+           cookie != w->cookie)) {
         lost (w, now);          /* not an answer to our probe */
         return false;
       }

@@ -1,8 +1,11 @@
-/* The NBD wire format: see proto.h.  Pure functions only. */
+/* The NBD spec's rules, as pdio applies them: the flags an export
+ * advertises, the verdict on a request, the error an errno becomes.  The
+ * bytes themselves are handshake_wire.c's and transmission_wire.c's.
+ * Pure functions only.
+ */
 #include <config.h>
 
 #include <errno.h>
-#include <string.h>
 
 #include "proto.h"
 
@@ -23,30 +26,6 @@ nbd_export_flags (const struct nbd_export *e, bool structured)
   if (structured)
     f |= NBD_FLAG_SEND_DF;
   return f;
-}
-
-bool
-nbd_parse_request (const uint8_t buf[NBD_REQUEST_LEN], struct nbd_request *r)
-{
-  if (nbd_get32 (buf) != NBD_REQUEST_MAGIC)
-    return false;
-  r->flags = nbd_get16 (buf + 4);
-  r->type = nbd_get16 (buf + 6);
-  r->cookie = nbd_get64 (buf + 8);
-  r->offset = nbd_get64 (buf + 16);
-  r->count = nbd_get32 (buf + 24);
-  return true;
-}
-
-void
-nbd_request_bytes (uint8_t buf[NBD_REQUEST_LEN], const struct nbd_request *r)
-{
-  nbd_put32 (buf, NBD_REQUEST_MAGIC);
-  nbd_put16 (buf + 4, r->flags);
-  nbd_put16 (buf + 6, r->type);
-  nbd_put64 (buf + 8, r->cookie);
-  nbd_put64 (buf + 16, r->offset);
-  nbd_put32 (buf + 24, r->count);
 }
 
 /* The command flags a command may carry in this session. */
@@ -174,144 +153,4 @@ nbd_error_of_errno (int err)
   case ESHUTDOWN: return NBD_ESHUTDOWN;
   default: return NBD_EIO;
   }
-}
-
-size_t
-nbd_simple_reply (uint8_t *buf, uint64_t cookie, uint32_t error)
-{
-  nbd_put32 (buf, NBD_SIMPLE_REPLY_MAGIC);
-  nbd_put32 (buf + 4, error);
-  nbd_put64 (buf + 8, cookie);
-  return NBD_SIMPLE_REPLY_LEN;
-}
-
-size_t
-nbd_chunk_header (uint8_t *buf, uint16_t flags, uint16_t type,
-                  uint64_t cookie, uint32_t payload_len)
-{
-  nbd_put32 (buf, NBD_STRUCTURED_REPLY_MAGIC);
-  nbd_put16 (buf + 4, flags);
-  nbd_put16 (buf + 6, type);
-  nbd_put64 (buf + 8, cookie);
-  nbd_put32 (buf + 16, payload_len);
-  return NBD_CHUNK_HEADER_LEN;
-}
-
-size_t
-nbd_offset_data_header (uint8_t *buf, uint64_t cookie, uint64_t offset,
-                        uint32_t data_len, bool last)
-{
-  nbd_chunk_header (buf, last ? NBD_REPLY_FLAG_DONE : 0,
-                    NBD_REPLY_TYPE_OFFSET_DATA, cookie, data_len + 8);
-  nbd_put64 (buf + NBD_CHUNK_HEADER_LEN, offset);
-  return NBD_OFFSET_DATA_HEADER_LEN;
-}
-
-size_t
-nbd_none_chunk (uint8_t *buf, uint64_t cookie)
-{
-  return nbd_chunk_header (buf, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE,
-                           cookie, 0);
-}
-
-size_t
-nbd_error_chunk (uint8_t *buf, uint64_t cookie, uint32_t error)
-{
-  nbd_chunk_header (buf, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, cookie, 6);
-  nbd_put32 (buf + NBD_CHUNK_HEADER_LEN, error);
-  nbd_put16 (buf + NBD_CHUNK_HEADER_LEN + 4, 0);        /* no message */
-  return NBD_ERROR_CHUNK_LEN;
-}
-
-void
-nbd_extents_init (struct nbd_extents *x, uint8_t *buf, size_t max,
-                  uint32_t count)
-{
-  *x = (struct nbd_extents) { .buf = buf, .max = max, .limit = count };
-}
-
-bool
-nbd_extents_add (struct nbd_extents *x, uint64_t length, uint32_t flags)
-{
-  uint8_t *last;
-
-  if (length == 0)
-    return true;
-  if (length > x->limit - x->total)
-    length = x->limit - x->total;       /* never describe past the request */
-  if (length == 0)
-    return false;
-  last = x->buf + NBD_BLOCK_STATUS_LEN (x->n) - 8;
-  /* Merge a run of the same status, as long as its length fits 32 bits. */
-  if (x->n && x->last_flags == flags &&
-      nbd_get32 (last) + length <= UINT32_MAX) {
-    nbd_put32 (last, nbd_get32 (last) + (uint32_t) length);
-    x->total += length;
-    return x->total < x->limit;
-  }
-  if (x->n == x->max)
-    return false;
-  last = x->buf + NBD_BLOCK_STATUS_LEN (x->n);
-  /* The limit is a 32-bit request count, so length fits. */
-  nbd_put32 (last, (uint32_t) length);
-  nbd_put32 (last + 4, flags);
-  x->n++;
-  x->last_flags = flags;
-  x->total += length;
-  return x->total < x->limit;
-}
-
-size_t
-nbd_extents_finish (struct nbd_extents *x, uint64_t cookie)
-{
-  size_t len = NBD_BLOCK_STATUS_LEN (x->n);
-
-  nbd_chunk_header (x->buf, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS,
-                    cookie, (uint32_t) (len - NBD_CHUNK_HEADER_LEN));
-  nbd_put32 (x->buf + NBD_CHUNK_HEADER_LEN, NBD_META_ID_BASE_ALLOCATION);
-  return len;
-}
-
-bool
-nbd_parse_option_header (const uint8_t buf[NBD_OPTION_HEADER_LEN],
-                         uint32_t *option, uint32_t *length)
-{
-  if (nbd_get64 (buf) != NBD_IHAVEOPT)
-    return false;
-  *option = nbd_get32 (buf + 8);
-  *length = nbd_get32 (buf + 12);
-  return true;
-}
-
-size_t
-nbd_option_reply (uint8_t *buf, uint32_t option, uint32_t type,
-                  uint32_t length)
-{
-  nbd_put64 (buf, NBD_REP_MAGIC);
-  nbd_put32 (buf + 8, option);
-  nbd_put32 (buf + 12, type);
-  nbd_put32 (buf + 16, length);
-  return NBD_OPTION_REPLY_LEN;
-}
-
-/* The client's side of the option haggling: what pdio(1) sends and reads
- * when it negotiates the sockets it hands to the kernel.
- */
-size_t
-nbd_option_header (uint8_t *buf, uint32_t option, uint32_t length)
-{
-  nbd_put64 (buf, NBD_IHAVEOPT);
-  nbd_put32 (buf + 8, option);
-  nbd_put32 (buf + 12, length);
-  return NBD_OPTION_HEADER_LEN;
-}
-
-bool
-nbd_parse_option_reply (const uint8_t buf[NBD_OPTION_REPLY_LEN],
-                        uint32_t *option, uint32_t *type, uint32_t *length)
-{
-  *option = nbd_get32 (buf + 8);
-  *type = nbd_get32 (buf + 12);
-  *length = nbd_get32 (buf + 16);
-  return nbd_get64 (buf) == NBD_REP_MAGIC;
 }

@@ -1,8 +1,20 @@
-/* The NBD wire format, and nothing else: constants, parsing of what a
- * client sends, building of what the server sends, and the rules that
- * decide whether a request is valid; pdio's server and pdio(1)'s client
- * handshake share it.  No I/O and no allocation, so the fuzzer
- * (tests/robust/fuzz_server.c) can drive all of it.
+/* The NBD wire format, and nothing else: constants, the codec (one
+ * function to write and one to read each message pdio sends or parses,
+ * so no other file knows where a field sits), and the rules that decide
+ * whether a request is valid; pdio's server, pdio(1)'s client handshake
+ * and the C test clients share it.  No I/O and no allocation, so the
+ * fuzzer (tests/robust/fuzz_server.c) can drive all of it.
+ *
+ * One job per file: handshake_wire.c the messages of the handshake phase,
+ * transmission_wire.c those of the transmission phase, proto.c the rules.
+ *
+ * The codec's conventions: nbd_X (buf, ...) writes message X into buf,
+ * which has room for it (its _LEN below), and returns its length;
+ * nbd_parse_X (buf, ...) reads it and returns false if the bytes are not
+ * such a message (a wrong magic, a length its fields do not add up to).
+ * A fixed-size message is read from a buffer of its whole length; a
+ * variable one from a pointer and a length, never read past.  Decoded
+ * strings point into the buffer and are not NUL-terminated.
  *
  * Reference: doc/proto.md in NetworkBlockDevice/nbd.  Everything on the
  * wire is big-endian.
@@ -104,16 +116,52 @@
 #define NBD_ENOTSUP               95
 #define NBD_ESHUTDOWN             108
 
-/* Sizes of the fixed parts. */
+/* The lengths of the messages, as the codec below writes and reads them. */
+#define NBD_GREETING_LEN          18    /* NBDMAGIC, IHAVEOPT, flags */
+#define NBD_CLIENT_FLAGS_LEN      4
 #define NBD_OPTION_HEADER_LEN     16    /* IHAVEOPT, option, length */
 #define NBD_OPTION_REPLY_LEN      20    /* magic, option, type, length */
+/* EXPORT_NAME's answer: size and flags, then 124 zeroes unless the client
+ * asked for none.
+ */
+#define NBD_EXPORT_NAME_REPLY_LEN(no_zeroes) ((no_zeroes) ? 10u : 134u)
+/* INFO and GO's data: the export name, then the info types asked for. */
+#define NBD_INFO_REQUEST_LEN(name_len, n) \
+  (4 + (size_t) (name_len) + 2 + 2 * (size_t) (n))
+/* The NBD_REP_INFO payloads; NAME and DESCRIPTION are a string. */
+#define NBD_INFO_EXPORT_LEN       12
+#define NBD_INFO_BLOCK_SIZE_LEN   14
+#define NBD_INFO_STRING_LEN(n)    (2 + (size_t) (n))
+/* NBD_REP_SERVER (LIST): the name's length, the name, the description. */
+#define NBD_REP_SERVER_LEN(name_len, desc_len) \
+  (4 + (size_t) (name_len) + (size_t) (desc_len))
+/* NBD_REP_META_CONTEXT: the context id, then its name. */
+#define NBD_META_CONTEXT_REPLY_LEN(n) (4 + (size_t) (n))
+
 #define NBD_REQUEST_LEN           28
 #define NBD_SIMPLE_REPLY_LEN      16
 #define NBD_CHUNK_HEADER_LEN      20
-#define NBD_OFFSET_DATA_HEADER_LEN (NBD_CHUNK_HEADER_LEN + 8)
-#define NBD_ERROR_CHUNK_LEN       (NBD_CHUNK_HEADER_LEN + 6)
-/* Block status chunk: header, context id, then 8 bytes per extent. */
-#define NBD_BLOCK_STATUS_LEN(n)   (NBD_CHUNK_HEADER_LEN + 4 + 8 * (size_t) (n))
+/* The fixed start of each structured chunk's payload: OFFSET_DATA's
+ * offset (the data follows), ERROR's error and message length (the
+ * message follows), BLOCK_STATUS's context id (the descriptors follow).
+ */
+#define NBD_OFFSET_DATA_FIXED     8
+#define NBD_ERROR_FIXED           6
+#define NBD_BLOCK_STATUS_FIXED    4
+#define NBD_OFFSET_DATA_HEADER_LEN (NBD_CHUNK_HEADER_LEN + NBD_OFFSET_DATA_FIXED)
+#define NBD_ERROR_CHUNK_LEN       (NBD_CHUNK_HEADER_LEN + NBD_ERROR_FIXED)
+/* Block status chunk: header, context id, then one descriptor (length,
+ * flags) per extent.
+ */
+#define NBD_EXTENT_LEN            8
+#define NBD_BLOCK_STATUS_LEN(n) \
+  (NBD_CHUNK_HEADER_LEN + NBD_BLOCK_STATUS_FIXED + \
+   NBD_EXTENT_LEN * (size_t) (n))
+/* How many extents a block status chunk of len bytes (at least
+ * NBD_BLOCK_STATUS_LEN (0)) has room for.
+ */
+#define NBD_BLOCK_STATUS_ROOM(len) \
+  (((size_t) (len) - NBD_BLOCK_STATUS_LEN (0)) / NBD_EXTENT_LEN)
 
 /* The maximum block size pdio advertises (what the kernel client sends at
  * most), and the largest READ or WRITE it serves: nbdkit's limit, which
@@ -125,6 +173,10 @@
 #define NBD_MAX_REQUEST           (64u * 1024 * 1024)
 
 /* --- big-endian helpers --------------------------------------------------- */
+/* The codec's own tools.  Outside src/protocol they serve pdio's formats
+ * that are not NBD (the hand-over's records); an NBD message is written
+ * and read only through the codec below.
+ */
 static inline void
 nbd_put16 (uint8_t *p, uint16_t v)
 {
@@ -163,7 +215,7 @@ nbd_get64 (const uint8_t *p)
   return (uint64_t) nbd_get32 (p) << 32 | nbd_get32 (p + 4);
 }
 
-/* --- what the export offers ------------------------------------------------ */
+/* --- what the export offers (proto.c) --------------------------------------- */
 /* Everything a connection's replies depend on: the export as opened and
  * what this client negotiated.  Filled by the handshake.
  */
@@ -188,7 +240,109 @@ struct nbd_session {
  */
 extern uint16_t nbd_export_flags (const struct nbd_export *e, bool structured);
 
-/* --- requests -------------------------------------------------------------- */
+/* --- the handshake's messages (handshake_wire.c) ------------------------------ */
+/* The server's greeting (fixed newstyle); false unless it starts with
+ * NBDMAGIC and IHAVEOPT.
+ */
+extern size_t nbd_greeting (uint8_t buf[NBD_GREETING_LEN], uint16_t gflags);
+extern bool nbd_parse_greeting (const uint8_t buf[NBD_GREETING_LEN],
+                                uint16_t *gflags);
+/* The client's answer to it: its flags (NBD_FLAG_C_*). */
+extern size_t nbd_client_flags (uint8_t buf[NBD_CLIENT_FLAGS_LEN],
+                                uint32_t cflags);
+extern uint32_t nbd_parse_client_flags (const uint8_t buf[NBD_CLIENT_FLAGS_LEN]);
+
+/* An option's header (its data follows); false if the magic is not
+ * IHAVEOPT.
+ */
+extern size_t nbd_option_header (uint8_t *buf, uint32_t option,
+                                 uint32_t length);
+extern bool nbd_parse_option_header (const uint8_t buf[NBD_OPTION_HEADER_LEN],
+                                     uint32_t *option, uint32_t *length);
+/* An option reply's header (its length bytes of payload follow); false if
+ * the magic is not the reply magic (the fields are read all the same, for
+ * a message).
+ */
+extern size_t nbd_option_reply (uint8_t *buf, uint32_t option, uint32_t type,
+                                uint32_t length);
+extern bool nbd_parse_option_reply (const uint8_t buf[NBD_OPTION_REPLY_LEN],
+                                    uint32_t *option, uint32_t *type,
+                                    uint32_t *length);
+
+/* EXPORT_NAME's answer (NBD_EXPORT_NAME_REPLY_LEN (no_zeroes) bytes). */
+extern size_t nbd_export_name_reply (uint8_t *buf, uint64_t size,
+                                     uint16_t eflags, bool no_zeroes);
+
+/* INFO and GO's data: an export name and a list of NBD_INFO_* asked for. */
+extern size_t nbd_info_request (uint8_t *buf, const void *name,
+                                uint32_t name_len, const uint16_t *infos,
+                                uint16_t n_infos);
+struct nbd_info_request {
+  const uint8_t *name;
+  uint32_t name_len;
+  uint16_t n_infos;
+  const uint8_t *infos;         /* read with nbd_info_request_item */
+};
+/* false unless the name and the list fill the len bytes exactly. */
+extern bool nbd_parse_info_request (const uint8_t *d, uint32_t len,
+                                    struct nbd_info_request *r);
+/* The i-th info asked for (i < n_infos). */
+extern uint16_t nbd_info_request_item (const struct nbd_info_request *r,
+                                       uint16_t i);
+
+/* NBD_REP_INFO's payloads: EXPORT (size and transmission flags),
+ * NAME or DESCRIPTION (type, then the string), BLOCK_SIZE.
+ */
+extern size_t nbd_info_export (uint8_t *p, uint64_t size, uint16_t eflags);
+extern size_t nbd_info_string (uint8_t *p, uint16_t type, const void *s,
+                               size_t n);
+extern size_t nbd_info_block_size (uint8_t *p, uint32_t min,
+                                   uint32_t preferred, uint32_t max);
+struct nbd_info {
+  uint16_t type;                /* NBD_INFO_* */
+  uint64_t size;                /* EXPORT */
+  uint16_t eflags;
+  uint32_t block_min, block_preferred, block_max;       /* BLOCK_SIZE */
+  const uint8_t *string;        /* NAME, DESCRIPTION */
+  size_t string_len;
+};
+/* false if len is not what the type's layout has (EXPORT 12 bytes,
+ * BLOCK_SIZE 14, any at least its 2-byte type); a type pdio does not know
+ * is true with only the type read.
+ */
+extern bool nbd_parse_info (const uint8_t *p, size_t len, struct nbd_info *i);
+
+/* NBD_REP_SERVER, LIST's reply for one export. */
+extern size_t nbd_rep_server (uint8_t *p, const void *name, uint32_t name_len,
+                              const void *desc, size_t desc_len);
+
+/* LIST_META_CONTEXT and SET_META_CONTEXT's data: an export name and the
+ * queries, each a length and a string.
+ */
+struct nbd_meta_request {
+  const uint8_t *name;
+  uint32_t name_len;
+  uint32_t n_queries;
+  const uint8_t *queries;       /* read with nbd_meta_request_next */
+  uint32_t queries_len;
+};
+/* false unless the name and n_queries queries fill the len bytes exactly. */
+extern bool nbd_parse_meta_request (const uint8_t *d, uint32_t len,
+                                    struct nbd_meta_request *m);
+/* The query at *pos (0 for the first), moving *pos past it; false after
+ * the last.
+ */
+extern bool nbd_meta_request_next (const struct nbd_meta_request *m,
+                                   uint32_t *pos, const uint8_t **q,
+                                   uint32_t *q_len);
+/* NBD_REP_META_CONTEXT: a context's id and name. */
+extern size_t nbd_meta_context_reply (uint8_t *p, uint32_t id,
+                                      const void *name, size_t n);
+extern bool nbd_parse_meta_context_reply (const uint8_t *p, size_t len,
+                                          uint32_t *id, const uint8_t **name,
+                                          size_t *n);
+
+/* --- requests (transmission_wire.c; the verdict in proto.c) ------------------ */
 struct nbd_request {
   uint16_t flags;
   uint16_t type;
@@ -226,24 +380,49 @@ extern struct nbd_verdict nbd_check_request (const struct nbd_request *r,
 /* The NBD error for an engine error (-errno or errno). */
 extern uint32_t nbd_error_of_errno (int err);
 
-/* --- replies: each builder writes into buf and returns the length ---------- */
-/* The 16-byte simple reply (followed by the data for a successful READ). */
+/* --- replies (transmission_wire.c) ------------------------------------------- */
+/* The 16-byte simple reply (followed by the data for a successful READ);
+ * false if the magic is not the simple reply's.
+ */
 extern size_t nbd_simple_reply (uint8_t *buf, uint64_t cookie, uint32_t error);
-/* A structured chunk header (payload follows). */
+extern bool nbd_parse_simple_reply (const uint8_t buf[NBD_SIMPLE_REPLY_LEN],
+                                    uint32_t *error, uint64_t *cookie);
+
+/* A structured chunk header (payload follows); false if the magic is not
+ * the structured reply's.
+ */
 extern size_t nbd_chunk_header (uint8_t *buf, uint16_t flags, uint16_t type,
                                 uint64_t cookie, uint32_t payload_len);
+struct nbd_chunk {
+  uint16_t flags;               /* NBD_REPLY_FLAG_DONE */
+  uint16_t type;                /* NBD_REPLY_TYPE_* */
+  uint64_t cookie;
+  uint32_t length;              /* of the payload that follows */
+};
+extern bool nbd_parse_chunk_header (const uint8_t buf[NBD_CHUNK_HEADER_LEN],
+                                    struct nbd_chunk *c);
+
 /* OFFSET_DATA chunk header and offset: the data follows (one chunk for a
  * whole read: pdio never fragments one, so it honours NBD_CMD_FLAG_DF).
  * DONE is set when last: a read streamed in pieces cannot know, when the
- * header goes out, that no error will follow it.
+ * header goes out, that no error will follow it.  The parser reads the
+ * offset from the chunk's payload, and where the data starts.
  */
 extern size_t nbd_offset_data_header (uint8_t *buf, uint64_t cookie,
                                       uint64_t offset, uint32_t data_len,
                                       bool last);
-/* NBD_REPLY_TYPE_NONE with DONE. */
+extern bool nbd_parse_offset_data (const uint8_t *payload, uint32_t len,
+                                   uint64_t *offset, const uint8_t **data,
+                                   uint32_t *data_len);
+/* NBD_REPLY_TYPE_NONE with DONE (a chunk header alone). */
 extern size_t nbd_none_chunk (uint8_t *buf, uint64_t cookie);
-/* NBD_REPLY_TYPE_ERROR with DONE and no message (NBD_ERROR_CHUNK_LEN). */
+/* NBD_REPLY_TYPE_ERROR with DONE and no message (NBD_ERROR_CHUNK_LEN); the
+ * parser reads an error chunk's payload, message included.
+ */
 extern size_t nbd_error_chunk (uint8_t *buf, uint64_t cookie, uint32_t error);
+extern bool nbd_parse_error_chunk (const uint8_t *payload, uint32_t len,
+                                   uint32_t *error, const uint8_t **msg,
+                                   uint16_t *msg_len);
 
 /* The extents of a BLOCK_STATUS reply, built in place in a caller's buffer
  * of room for max extents: add() merges runs of the same status, refuses
@@ -261,21 +440,13 @@ extern bool nbd_extents_add (struct nbd_extents *x, uint64_t length,
                              uint32_t flags);
 /* Writes the chunk header (DONE set) in front; returns the whole length. */
 extern size_t nbd_extents_finish (struct nbd_extents *x, uint64_t cookie);
-
-/* --- options ------------------------------------------------------------------ */
-/* false if the magic is not IHAVEOPT. */
-extern bool nbd_parse_option_header (const uint8_t buf[NBD_OPTION_HEADER_LEN],
-                                     uint32_t *option, uint32_t *length);
-extern size_t nbd_option_reply (uint8_t *buf, uint32_t option, uint32_t type,
-                                uint32_t length);
-
-/* The client's side: an option's header (its data follows), and a reply's
- * header (false if the magic is not the reply magic).
+/* A BLOCK_STATUS chunk's payload: false unless it is a context id and one
+ * or more whole descriptors; then descriptor i (< n) is read with
+ * nbd_parse_extent.
  */
-extern size_t nbd_option_header (uint8_t *buf, uint32_t option,
-                                 uint32_t length);
-extern bool nbd_parse_option_reply (const uint8_t buf[NBD_OPTION_REPLY_LEN],
-                                    uint32_t *option, uint32_t *type,
-                                    uint32_t *length);
+extern bool nbd_parse_block_status (const uint8_t *payload, uint32_t len,
+                                    uint32_t *context, size_t *n);
+extern void nbd_parse_extent (const uint8_t *payload, size_t i,
+                              uint32_t *length, uint32_t *flags);
 
 #endif /* PDIO_PROTOCOL_PROTO_H */

@@ -152,7 +152,7 @@ block_status (struct nbd_cmd *cmd)
   bool one = r->flags & NBD_CMD_FLAG_REQ_ONE;
 
   nbd_extents_init (&cmd->extents, cmd->buf,
-                    one ? 1 : (cmd->buf_len - NBD_BLOCK_STATUS_LEN (0)) / 8,
+                    one ? 1 : NBD_BLOCK_STATUS_ROOM (cmd->buf_len),
                     r->count);
   if (!ctx->can_extents) {
     on_extents_done (&cmd->er, 0);

@@ -13,8 +13,10 @@
 /* The longest answer to one option: GO's EXPORT, NAME (the client's name,
  * at most the whole option), DESCRIPTION and BLOCK_SIZE infos and the ACK.
  */
-_Static_assert (NBD_HS_OUT_MAX >= 5 * NBD_OPTION_REPLY_LEN + 12 +
-                2 + NBD_HS_IN_MAX + 2 + NBD_HS_DESCRIPTION_MAX + 14,
+_Static_assert (NBD_HS_OUT_MAX >= 5 * NBD_OPTION_REPLY_LEN +
+                NBD_INFO_EXPORT_LEN + NBD_INFO_STRING_LEN (NBD_HS_IN_MAX) +
+                NBD_INFO_STRING_LEN (NBD_HS_DESCRIPTION_MAX) +
+                NBD_INFO_BLOCK_SIZE_LEN,
                 "NBD_HS_OUT_MAX cannot hold the replies to one option");
 
 /* --- output ----------------------------------------------------------------- */
@@ -81,14 +83,11 @@ enter_transmission (struct nbd_handshake *h)
 static void
 opt_export_name (struct nbd_handshake *h)
 {
-  uint16_t eflags = nbd_export_flags (h->export, h->structured);
-  size_t n = 10 + (h->no_zeroes ? 0 : 124);
-
   /* Any name is the one export.  No option reply: raw size and flags. */
-  memset (h->out, 0, n);
-  nbd_put64 (h->out, h->export->size);
-  nbd_put16 (h->out + 8, eflags);
-  h->out_len = n;
+  h->out_len = nbd_export_name_reply (h->out, h->export->size,
+                                      nbd_export_flags (h->export,
+                                                        h->structured),
+                                      h->no_zeroes);
   enter_transmission (h);
 }
 
@@ -104,60 +103,48 @@ opt_list (struct nbd_handshake *h)
     return;
   }
   /* One export; its name is "" (the default), then the description. */
-  p = reply (h, NBD_REP_SERVER, 4 + dn);
-  nbd_put32 (p, 0);
-  memcpy (p + 4, d, dn);
+  p = reply (h, NBD_REP_SERVER, NBD_REP_SERVER_LEN (0, dn));
+  nbd_rep_server (p, "", 0, d, dn);
   reply (h, NBD_REP_ACK, 0);
 }
 
 static void
 opt_info_go (struct nbd_handshake *h)
 {
-  const uint8_t *d = h->in;
-  uint32_t len = h->option_len, name_len;
+  const struct nbd_export *e = h->export;
+  struct nbd_info_request r;
   bool want_name = false, want_desc = false;
-  const char *desc = h->export->description;
-  uint16_t n_info;
   uint8_t *p;
 
-  if (len < 6 || (name_len = nbd_get32 (d)) > len - 6 ||
-      (n_info = nbd_get16 (d + 4 + name_len),
-       len != 6 + name_len + 2 * (uint32_t) n_info)) {
+  if (!nbd_parse_info_request (h->in, h->option_len, &r)) {
     reply_error (h, NBD_REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO");
     return;
   }
-  for (uint16_t i = 0; i < n_info; i++)
-    switch (nbd_get16 (d + 6 + name_len + 2 * i)) {
+  for (uint16_t i = 0; i < r.n_infos; i++)
+    switch (nbd_info_request_item (&r, i)) {
     case NBD_INFO_NAME: want_name = true; break;
-    case NBD_INFO_DESCRIPTION: want_desc = desc != NULL; break;
+    case NBD_INFO_DESCRIPTION: want_desc = e->description != NULL; break;
     default: break;             /* EXPORT and BLOCK_SIZE always go out */
     }
 
-  p = reply (h, NBD_REP_INFO, 12);
-  nbd_put16 (p, NBD_INFO_EXPORT);
-  nbd_put64 (p + 2, h->export->size);
-  nbd_put16 (p + 10, nbd_export_flags (h->export, h->structured));
+  p = reply (h, NBD_REP_INFO, NBD_INFO_EXPORT_LEN);
+  nbd_info_export (p, e->size, nbd_export_flags (e, h->structured));
   if (want_name) {
     /* The client's own name is as canonical as any: all names are one. */
-    p = reply (h, NBD_REP_INFO, 2 + name_len);
-    nbd_put16 (p, NBD_INFO_NAME);
-    memcpy (p + 2, d + 4, name_len);
+    p = reply (h, NBD_REP_INFO, NBD_INFO_STRING_LEN (r.name_len));
+    nbd_info_string (p, NBD_INFO_NAME, r.name, r.name_len);
   }
   if (want_desc) {
-    size_t dn = strnlen (desc, NBD_HS_DESCRIPTION_MAX);
+    size_t dn = strnlen (e->description, NBD_HS_DESCRIPTION_MAX);
 
-    p = reply (h, NBD_REP_INFO, 2 + dn);
-    nbd_put16 (p, NBD_INFO_DESCRIPTION);
-    memcpy (p + 2, desc, dn);
+    p = reply (h, NBD_REP_INFO, NBD_INFO_STRING_LEN (dn));
+    nbd_info_string (p, NBD_INFO_DESCRIPTION, e->description, dn);
   }
   /* Sent whether asked or not (the spec allows it): the minimum is what
    * lets a client avoid read-modify-write.
    */
-  p = reply (h, NBD_REP_INFO, 14);
-  nbd_put16 (p, NBD_INFO_BLOCK_SIZE);
-  nbd_put32 (p + 2, h->export->block_min);
-  nbd_put32 (p + 6, h->export->block_preferred);
-  nbd_put32 (p + 10, h->export->block_max);
+  p = reply (h, NBD_REP_INFO, NBD_INFO_BLOCK_SIZE_LEN);
+  nbd_info_block_size (p, e->block_min, e->block_preferred, e->block_max);
   reply (h, NBD_REP_ACK, 0);
   if (h->option == NBD_OPT_GO)
     enter_transmission (h);
@@ -181,8 +168,9 @@ opt_meta_context (struct nbd_handshake *h)
 {
   static const char ctx[] = NBD_CONTEXT_BASE_ALLOCATION;
   bool list = h->option == NBD_OPT_LIST_META_CONTEXT;
-  const uint8_t *d = h->in;
-  uint32_t len = h->option_len, pos, n_queries, name_len;
+  struct nbd_meta_request m;
+  const uint8_t *q;
+  uint32_t pos = 0, q_len;
   bool match = false;
   uint8_t *p;
 
@@ -194,36 +182,24 @@ opt_meta_context (struct nbd_handshake *h)
                  "negotiate NBD_OPT_STRUCTURED_REPLY first");
     return;
   }
-  if (len < 8 || (name_len = nbd_get32 (d)) > len - 8)
-    goto invalid;
-  pos = 4 + name_len;
-  n_queries = nbd_get32 (d + pos);
-  pos += 4;
-  for (uint32_t i = 0; i < n_queries; i++) {
-    uint32_t q;
-
-    if (len - pos < 4 || (q = nbd_get32 (d + pos)) > len - pos - 4)
-      goto invalid;
-    match |= query_matches (d + pos + 4, q, list);
-    pos += 4 + q;
+  if (!nbd_parse_meta_request (h->in, h->option_len, &m)) {
+    reply_error (h, NBD_REP_ERR_INVALID, "malformed meta context option");
+    return;
   }
-  if (pos != len)
-    goto invalid;
+  while (nbd_meta_request_next (&m, &pos, &q, &q_len))
+    match |= query_matches (q, q_len, list);
   /* No query: LIST lists everything, SET selects nothing. */
-  if (n_queries == 0)
+  if (m.n_queries == 0)
     match = list;
   if (match) {
-    p = reply (h, NBD_REP_META_CONTEXT, 4 + sizeof ctx - 1);
-    nbd_put32 (p, list ? 0 : NBD_META_ID_BASE_ALLOCATION);
-    memcpy (p + 4, ctx, sizeof ctx - 1);
+    p = reply (h, NBD_REP_META_CONTEXT,
+               NBD_META_CONTEXT_REPLY_LEN (sizeof ctx - 1));
+    nbd_meta_context_reply (p, list ? 0 : NBD_META_ID_BASE_ALLOCATION, ctx,
+                            sizeof ctx - 1);
   }
   if (!list)
     h->meta_base_allocation = match;
   reply (h, NBD_REP_ACK, 0);
-  return;
-
- invalid:
-  reply_error (h, NBD_REP_ERR_INVALID, "malformed meta context option");
 }
 
 static void
@@ -314,7 +290,7 @@ handle_option (struct nbd_handshake *h)
 static void
 got_client_flags (struct nbd_handshake *h)
 {
-  uint32_t flags = nbd_get32 (h->in);
+  uint32_t flags = nbd_parse_client_flags (h->in);
 
   /* The spec: drop a client that sets a flag we did not offer. */
   if (flags & ~(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)) {
@@ -374,11 +350,9 @@ nbd_hs_init (struct nbd_handshake *h, const struct nbd_export *export,
   memset (h, 0, offsetof (struct nbd_handshake, in));
   h->export = export;
   h->tls_mode = tls;
-  nbd_put64 (h->out, NBD_MAGIC);
-  nbd_put64 (h->out + 8, NBD_IHAVEOPT);
-  nbd_put16 (h->out + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
-  h->out_len = 18;
-  expect (h, HS_CLIENT_FLAGS, 4);
+  h->out_len = nbd_greeting (h->out,
+                             NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
+  expect (h, HS_CLIENT_FLAGS, NBD_CLIENT_FLAGS_LEN);
 }
 
 enum nbd_hs_action

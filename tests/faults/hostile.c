@@ -7,11 +7,11 @@
  *    out-of-range, zero-length, oversize and wrongly flagged requests go
  *    over the wire as asked; structured replies and base:allocation are
  *    negotiated as any modern client does;
- *  - a raw socket speaking the protocol by hand (fixed newstyle,
- *    NBD_OPT_GO, no structured replies), for what libnbd refuses to send
- *    at all: data requests over 64 MiB, unknown command types, a bad
- *    request magic, a write whose payload never comes.  One fresh
- *    connection per raw request.
+ *  - a raw socket speaking the protocol itself, with src/protocol's
+ *    codec (fixed newstyle, NBD_OPT_GO, no structured replies), for what
+ *    libnbd refuses to send at all: data requests over 64 MiB, unknown
+ *    command types, a bad request magic, a write whose payload never
+ *    comes.  One fresh connection per raw request.
  *
  * REQ is KIND:ARGS=EXPECT.
  *   read:OFF:LEN[:FLAGS]        libnbd requests; FLAGS is a number (NBD
@@ -52,7 +52,6 @@
  */
 #include <config.h>
 
-#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -66,15 +65,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-
-#define NBD_REQUEST_MAGIC 0x25609513u
-#define NBD_SIMPLE_REPLY_MAGIC 0x67446698u
-#define NBD_OPTS_MAGIC UINT64_C (0x49484156454F5054)
-#define NBD_REP_MAGIC UINT64_C (0x3e889045565a9)
-#define NBD_OPT_GO 7
-#define NBD_REP_ACK 1
-#define NBD_CMD_READ 0
-#define NBD_CMD_WRITE 1
+#include "proto.h"
 
 #define OUT_DISCONNECT (-1000)
 #define OUT_LIBNBD (-1001)
@@ -323,67 +314,52 @@ xfer (int fd, void *buf, size_t len, bool out)
   return true;
 }
 
-static void
-put_be16 (uint8_t *p, uint16_t v) { v = htobe16 (v); memcpy (p, &v, 2); }
-static void
-put_be32 (uint8_t *p, uint32_t v) { v = htobe32 (v); memcpy (p, &v, 4); }
-static void
-put_be64 (uint8_t *p, uint64_t v) { v = htobe64 (v); memcpy (p, &v, 8); }
-static uint32_t
-get_be32 (const uint8_t *p) { uint32_t v; memcpy (&v, p, 4); return be32toh (v); }
-static uint64_t
-get_be64 (const uint8_t *p) { uint64_t v; memcpy (&v, p, 8); return be64toh (v); }
-
 /* Fixed newstyle handshake with NBD_OPT_GO on the default export. */
 static int
 raw_open (void)
 {
   int fd = raw_connect ();
-  uint8_t hello[18], opt[16 + 6], rep[20];
-  uint32_t cflags;
+  uint8_t hello[NBD_GREETING_LEN], cflags[NBD_CLIENT_FLAGS_LEN];
+  uint8_t opt[NBD_OPTION_HEADER_LEN], go[NBD_INFO_REQUEST_LEN (0, 0)];
+  uint8_t rep[NBD_OPTION_REPLY_LEN];
+  uint16_t gflags;
 
   if (!xfer (fd, hello, sizeof hello, false) ||
-      memcmp (hello, "NBDMAGIC", 8) != 0 ||
-      get_be64 (hello + 8) != NBD_OPTS_MAGIC)
+      !nbd_parse_greeting (hello, &gflags))
     fail ("raw: not a newstyle NBD server");
-  put_be32 ((uint8_t *) &cflags, 1 | 2);      /* FIXED_NEWSTYLE, NO_ZEROES */
-  put_be64 (opt, NBD_OPTS_MAGIC);
-  put_be32 (opt + 8, NBD_OPT_GO);
-  put_be32 (opt + 12, 6);
-  put_be32 (opt + 16, 0);                     /* export name length */
-  put_be16 (opt + 20, 0);                     /* no info requests */
-  if (!xfer (fd, &cflags, 4, true) || !xfer (fd, opt, sizeof opt, true))
+  nbd_client_flags (cflags, NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES);
+  /* The default export (""), no info requests. */
+  nbd_option_header (opt, NBD_OPT_GO, nbd_info_request (go, "", 0, NULL, 0));
+  if (!xfer (fd, cflags, sizeof cflags, true) ||
+      !xfer (fd, opt, sizeof opt, true) || !xfer (fd, go, sizeof go, true))
     fail ("raw: handshake refused");
   for (;;) {
-    uint32_t type, len;
+    uint32_t option, type, len;
     char skip[4096];
 
     if (!xfer (fd, rep, sizeof rep, false) ||
-        get_be64 (rep) != NBD_REP_MAGIC)
+        !nbd_parse_option_reply (rep, &option, &type, &len))
       fail ("raw: bad option reply");
-    type = get_be32 (rep + 12);
-    len = get_be32 (rep + 16);
     if (len > sizeof skip || !xfer (fd, skip, len, false))
       fail ("raw: option reply too long");
     if (type == NBD_REP_ACK)
       return fd;
-    if (type & 0x80000000u)
+    if (type & NBD_REP_ERR_BIT)
       fail ("raw: NBD_OPT_GO failed (reply type 0x%x)", type);
   }
 }
 
 static bool
-raw_request (int fd, uint32_t magic, uint16_t flags, uint16_t type,
-             uint64_t cookie, uint64_t off, uint32_t len)
+raw_request (int fd, uint16_t flags, uint16_t type, uint64_t cookie,
+             uint64_t off, uint32_t len)
 {
-  uint8_t req[28];
+  const struct nbd_request r = {
+    .flags = flags, .type = type, .cookie = cookie, .offset = off,
+    .count = len,
+  };
+  uint8_t req[NBD_REQUEST_LEN];
 
-  put_be32 (req, magic);
-  put_be16 (req + 4, flags);
-  put_be16 (req + 6, type);
-  put_be64 (req + 8, cookie);
-  put_be64 (req + 16, off);
-  put_be32 (req + 24, len);
+  nbd_request_bytes (req, &r);
   return xfer (fd, req, sizeof req, true);
 }
 
@@ -393,17 +369,16 @@ raw_request (int fd, uint32_t magic, uint16_t flags, uint16_t type,
 static int
 raw_reply (int fd, uint64_t cookie, void *buf, uint64_t len)
 {
-  uint8_t rep[16];
+  uint8_t rep[NBD_SIMPLE_REPLY_LEN];
   uint32_t err;
+  uint64_t got;
 
   if (!xfer (fd, rep, sizeof rep, false))
     return OUT_DISCONNECT;
-  if (get_be32 (rep) != NBD_SIMPLE_REPLY_MAGIC)
-    fail ("raw: reply magic 0x%08x, not a simple reply", get_be32 (rep));
-  if (get_be64 (rep + 8) != cookie)
-    fail ("raw: reply for cookie %" PRIu64 ", not %" PRIu64,
-          get_be64 (rep + 8), cookie);
-  err = get_be32 (rep + 4);
+  if (!nbd_parse_simple_reply (rep, &err, &got))
+    fail ("raw: not a simple reply");
+  if (got != cookie)
+    fail ("raw: reply for cookie %" PRIu64 ", not %" PRIu64, got, cookie);
   if (err == 0 && buf && !xfer (fd, buf, len, false))
     return OUT_DISCONNECT;
   return err;
@@ -418,8 +393,7 @@ raw_still_in_step (int fd, const char *what)
   uint8_t buf[512];
   int r;
 
-  if (!raw_request (fd, NBD_REQUEST_MAGIC, 0, NBD_CMD_READ, 99, 0,
-                    sizeof buf)) {
+  if (!raw_request (fd, 0, NBD_CMD_READ, 99, 0, sizeof buf)) {
     printf ("  (%s: the server closed the connection after its error "
             "reply)\n", what);
     return;
@@ -445,7 +419,11 @@ run_raw (const char *kind, char **f, int n, const char *text)
   uint32_t flags;
 
   if (strcmp (kind, "raw-badmagic") == 0) {
-    if (raw_request (fd, 0xdeadbeefu, 0, NBD_CMD_READ, 1, 0, 512))
+    uint8_t junk[NBD_REQUEST_LEN];
+
+    /* A request's length of bytes that are none: the magic is wrong. */
+    memset (junk, 0xde, sizeof junk);
+    if (xfer (fd, junk, sizeof junk, true))
       r = raw_reply (fd, 1, NULL, 0);
     else
       r = OUT_DISCONNECT;
@@ -462,7 +440,7 @@ run_raw (const char *kind, char **f, int n, const char *text)
     off = parse_u64 (f[2], "offset");
     len = parse_u64 (f[3], "length");
     flags = n > 4 ? parse_u64 (f[4], "flags") : 0;
-    r = raw_request (fd, NBD_REQUEST_MAGIC, flags, type, 1, off, len)
+    r = raw_request (fd, flags, type, 1, off, len)
       ? raw_reply (fd, 1, NULL, 0) : OUT_DISCONNECT;
     if (r > 0)
       raw_still_in_step (fd, text);
@@ -481,8 +459,8 @@ run_raw (const char *kind, char **f, int n, const char *text)
   if (strcmp (kind, "raw-read") == 0) {
     uint8_t *buf = xmalloc (len);
 
-    r = raw_request (fd, NBD_REQUEST_MAGIC, flags, NBD_CMD_READ, 1, off,
-                     len) ? raw_reply (fd, 1, buf, len) : OUT_DISCONNECT;
+    r = raw_request (fd, flags, NBD_CMD_READ, 1, off, len)
+      ? raw_reply (fd, 1, buf, len) : OUT_DISCONNECT;
     if (r == 0 && off < t.size && len <= t.size - off &&
         report_mismatch (text, off, t.image + off, buf, len) >= 0) {
       printf ("FAIL: %s returned wrong data\n", text);
@@ -495,8 +473,8 @@ run_raw (const char *kind, char **f, int n, const char *text)
     bool half = strcmp (kind, "raw-halfwrite") == 0;
     uint8_t *buf = payload (off, len, false);
 
-    if (!raw_request (fd, NBD_REQUEST_MAGIC, flags, NBD_CMD_WRITE, 1, off,
-                      len) || !xfer (fd, buf, half ? len / 2 : len, true))
+    if (!raw_request (fd, flags, NBD_CMD_WRITE, 1, off, len) ||
+        !xfer (fd, buf, half ? len / 2 : len, true))
       r = OUT_DISCONNECT;
     else if (half) {
       r = 0;                    /* hang up: nothing to wait for */

@@ -15,10 +15,19 @@
  * accepts is taken as a TLS handshake that succeeded: the bytes after it
  * are what the client sends inside TLS.
  *
+ * With bit 6 of byte 0 set, the rest is instead what a server sends, read
+ * by the protocol's readers as pdio(1)'s client side reads it
+ * (src/cli/negotiate.c, watchdog.c): the greeting, option replies and
+ * their INFO and meta-context payloads up to an ACK, then simple replies
+ * and structured chunks with their payloads.
+ *
  * Invariants (any violation aborts):
  *   - every option reply the server sends is well formed: magic, the
  *     option it answers, a length that matches what follows; the greeting
  *     is the fixed newstyle one; EXPORT_NAME's reply is 10 or 134 bytes;
+ *   - what the server says of the export, read back by the client's
+ *     readers, is the export: INFO's size, flags and block sizes, the
+ *     description, the meta context's name;
  *   - the handshake never asks for more than NBD_HS_IN_MAX bytes at once
  *     and never lasts past NBD_HS_MAX_OPTIONS options;
  *   - the session it ends with advertises HAS_FLAGS, READ_ONLY exactly
@@ -30,8 +39,12 @@
  *     is a command pdio serves; one it refuses
  *     gets an error the spec allows, and only a refused WRITE has
  *     payload bytes to skip (exactly its length);
- *   - reply builders write exactly their stated lengths (ASan), and a
- *     block status reply never describes more than the request;
+ *   - reply builders write exactly their stated lengths (ASan), their
+ *     readers read back what was written, and a block status reply never
+ *     describes more than the request;
+ *   - the client side's readers never read past the length they are
+ *     given (each payload is parsed from a copy of exactly its size, for
+ *     ASan), and what they return lies within it;
  *   - TLS: with TLS required, before STARTTLS every reply is
  *     NBD_REP_ERR_TLS_REQD, but ABORT's ACK and STARTTLS's own answer
  *     (ACK, or INVALID if it carried data; either gets TOO_BIG if too
@@ -55,17 +68,60 @@
   do { if (!(cond)) { fprintf (stderr, "invariant broken: %s (line %d)\n", \
                                #cond, __LINE__); abort (); } } while (0)
 
+/* An INFO or META_CONTEXT payload, read back as a client reads it. */
 static void
-check_option_replies (const uint8_t *p, size_t len, uint32_t option)
+check_payload (const struct nbd_handshake *h, uint32_t type,
+               const uint8_t *p, uint32_t n)
+{
+  const struct nbd_export *e = h->export;
+  struct nbd_info info;
+  const uint8_t *name;
+  size_t name_len;
+  uint32_t id;
+
+  if (type == NBD_REP_INFO) {
+    CHECK (nbd_parse_info (p, n, &info));
+    switch (info.type) {
+    case NBD_INFO_EXPORT:
+      CHECK (info.size == e->size);
+      CHECK (info.eflags == nbd_export_flags (e, h->structured));
+      break;
+    case NBD_INFO_BLOCK_SIZE:
+      CHECK (info.block_min == e->block_min &&
+             info.block_preferred == e->block_preferred &&
+             info.block_max == e->block_max);
+      break;
+    case NBD_INFO_DESCRIPTION:
+      CHECK (e->description && info.string_len == strlen (e->description) &&
+             memcmp (info.string, e->description, info.string_len) == 0);
+      break;
+    case NBD_INFO_NAME:
+      break;                    /* the client's own name, echoed */
+    default:
+      CHECK (!"an info type pdio does not send");
+    }
+  }
+  else if (type == NBD_REP_META_CONTEXT) {
+    CHECK (nbd_parse_meta_context_reply (p, n, &id, &name, &name_len));
+    CHECK (name_len == strlen (NBD_CONTEXT_BASE_ALLOCATION) &&
+           memcmp (name, NBD_CONTEXT_BASE_ALLOCATION, name_len) == 0);
+    CHECK (id == (h->option == NBD_OPT_LIST_META_CONTEXT
+                  ? 0 : NBD_META_ID_BASE_ALLOCATION));
+  }
+}
+
+static void
+check_option_replies (const struct nbd_handshake *h, const uint8_t *p,
+                      size_t len)
 {
   while (len) {
-    uint32_t n;
+    uint32_t option, type, n;
 
     CHECK (len >= NBD_OPTION_REPLY_LEN);
-    CHECK (nbd_get64 (p) == NBD_REP_MAGIC);
-    CHECK (nbd_get32 (p + 8) == option);
-    n = nbd_get32 (p + 16);
+    CHECK (nbd_parse_option_reply (p, &option, &type, &n));
+    CHECK (option == h->option);
     CHECK (n <= len - NBD_OPTION_REPLY_LEN);
+    check_payload (h, type, p + NBD_OPTION_REPLY_LEN, n);
     p += NBD_OPTION_REPLY_LEN + n;
     len -= NBD_OPTION_REPLY_LEN + n;
   }
@@ -78,8 +134,9 @@ static void
 check_pre_tls_replies (const uint8_t *p, size_t len, uint32_t option)
 {
   while (len >= NBD_OPTION_REPLY_LEN) {
-    uint32_t type = nbd_get32 (p + 12), n = nbd_get32 (p + 16);
+    uint32_t opt, type, n;
 
+    nbd_parse_option_reply (p, &opt, &type, &n);
     /* Either, sent too long to keep, is refused as such. */
     if (option == NBD_OPT_ABORT)
       CHECK (type == NBD_REP_ACK || type == NBD_REP_ERR_TOO_BIG);
@@ -149,7 +206,42 @@ check_verdict (const struct nbd_request *r, const struct nbd_session *s,
   CHECK (!(r->flags & ~0x1fu));
 }
 
-/* Builds the reply the connection would send, from input bytes. */
+/* A chunk header as built: the magic, DONE, the type and the cookie. */
+static const uint8_t *
+check_chunk (const uint8_t *buf, uint16_t flags, uint16_t type,
+             uint64_t cookie, uint32_t length)
+{
+  struct nbd_chunk c;
+
+  CHECK (nbd_parse_chunk_header (buf, &c));
+  CHECK (c.flags == flags && c.type == type && c.cookie == cookie &&
+         c.length == length);
+  return buf + NBD_CHUNK_HEADER_LEN;
+}
+
+static void
+check_simple (const uint8_t *buf, uint64_t cookie, uint32_t error)
+{
+  uint32_t e;
+  uint64_t c;
+
+  CHECK (nbd_parse_simple_reply (buf, &e, &c));
+  CHECK (e == error && c == cookie);
+}
+
+/* The 4-byte extent lengths and 1-byte flags the test takes from its
+ * input for a BLOCK_STATUS reply.
+ */
+#define FUZZ_EXTENT 5
+static uint32_t
+fuzz_extent_len (const uint8_t *d)
+{
+  return (uint32_t) d[0] << 24 | (uint32_t) d[1] << 16 | d[2] << 8 | d[3];
+}
+
+/* Builds the reply the connection would send, from input bytes, and reads
+ * it back.
+ */
 static void
 build_reply (const struct nbd_request *r, const struct nbd_verdict *v,
              const struct nbd_session *s, const uint8_t *data, size_t len)
@@ -157,45 +249,80 @@ build_reply (const struct nbd_request *r, const struct nbd_verdict *v,
   uint8_t hdr[NBD_OFFSET_DATA_HEADER_LEN];
   uint8_t bs[NBD_BLOCK_STATUS_LEN (16)];
   struct nbd_extents x;
+  const uint8_t *payload, *msg;
+  uint64_t offset;
+  uint32_t error, data_len, context;
+  uint16_t msg_len;
+  size_t n;
 
   if (v->error) {
-    if (s->structured)
+    if (s->structured) {
       CHECK (nbd_error_chunk (bs, r->cookie, v->error) == NBD_ERROR_CHUNK_LEN);
-    else
-      CHECK (nbd_simple_reply (hdr, r->cookie, v->error) == 16);
+      payload = check_chunk (bs, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR,
+                             r->cookie, NBD_ERROR_FIXED);
+      CHECK (nbd_parse_error_chunk (payload, NBD_ERROR_FIXED, &error, &msg,
+                                    &msg_len));
+      CHECK (error == v->error && msg_len == 0);
+    }
+    else {
+      CHECK (nbd_simple_reply (hdr, r->cookie, v->error) ==
+             NBD_SIMPLE_REPLY_LEN);
+      check_simple (hdr, r->cookie, v->error);
+    }
     return;
   }
   switch (r->type) {
   case NBD_CMD_READ:
-    if (s->structured)
-      CHECK (nbd_offset_data_header (hdr, r->cookie, r->offset, r->count, true) ==
-             NBD_OFFSET_DATA_HEADER_LEN);
+    if (s->structured) {
+      CHECK (nbd_offset_data_header (hdr, r->cookie, r->offset, r->count,
+                                     true) == NBD_OFFSET_DATA_HEADER_LEN);
+      payload = check_chunk (hdr, NBD_REPLY_FLAG_DONE,
+                             NBD_REPLY_TYPE_OFFSET_DATA, r->cookie,
+                             NBD_OFFSET_DATA_FIXED + r->count);
+      /* The data would follow: read the offset alone. */
+      CHECK (nbd_parse_offset_data (payload, NBD_OFFSET_DATA_FIXED, &offset,
+                                    &msg, &data_len));
+      CHECK (offset == r->offset && data_len == 0);
+    }
     break;
   case NBD_CMD_BLOCK_STATUS:
     nbd_extents_init (&x, bs, (r->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : 16,
                       r->count);
-    for (size_t i = 0; i + 5 <= len; i += 5)
-      if (!nbd_extents_add (&x, nbd_get32 (data + i), data[i + 4] & 3))
+    for (size_t i = 0; i + FUZZ_EXTENT <= len; i += FUZZ_EXTENT)
+      if (!nbd_extents_add (&x, fuzz_extent_len (data + i), data[i + 4] & 3))
         break;
     if (x.n == 0)
       nbd_extents_add (&x, r->count, 0);
     CHECK (x.n >= 1 && x.total <= r->count);
+    CHECK (nbd_extents_finish (&x, r->cookie) == NBD_BLOCK_STATUS_LEN (x.n));
+    payload = check_chunk (bs, NBD_REPLY_FLAG_DONE,
+                           NBD_REPLY_TYPE_BLOCK_STATUS, r->cookie,
+                           NBD_BLOCK_STATUS_LEN (x.n) - NBD_CHUNK_HEADER_LEN);
+    CHECK (nbd_parse_block_status (payload, NBD_BLOCK_STATUS_LEN (x.n) -
+                                   NBD_CHUNK_HEADER_LEN, &context, &n));
+    CHECK (context == NBD_META_ID_BASE_ALLOCATION && n == x.n);
     {
       uint64_t sum = 0;
-      for (size_t i = 0; i < x.n; i++) {
-        uint32_t l = nbd_get32 (bs + NBD_BLOCK_STATUS_LEN (i));
-        CHECK (l > 0);
+      for (size_t i = 0; i < n; i++) {
+        uint32_t l, f;
+
+        nbd_parse_extent (payload, i, &l, &f);
+        CHECK (l > 0 && !(f & ~(NBD_STATE_HOLE | NBD_STATE_ZERO)));
         sum += l;
       }
       CHECK (sum == x.total);
     }
-    CHECK (nbd_extents_finish (&x, r->cookie) == NBD_BLOCK_STATUS_LEN (x.n));
     break;
   default:
-    if (s->structured)
+    if (s->structured) {
       CHECK (nbd_none_chunk (hdr, r->cookie) == NBD_CHUNK_HEADER_LEN);
-    else
+      check_chunk (hdr, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, r->cookie,
+                   0);
+    }
+    else {
       CHECK (nbd_simple_reply (hdr, r->cookie, 0) == NBD_SIMPLE_REPLY_LEN);
+      check_simple (hdr, r->cookie, 0);
+    }
   }
 }
 
@@ -224,6 +351,111 @@ transmission (const struct nbd_session *s, const uint8_t *p, size_t len)
   }
 }
 
+/* --- the client side --------------------------------------------------- */
+/* A copy of exactly n bytes, so that ASan sees a read past them. */
+static uint8_t *
+exact (const uint8_t *p, size_t n)
+{
+  uint8_t *c = malloc (n ? n : 1);
+
+  CHECK (c != NULL);
+  memcpy (c, p, n);
+  return c;
+}
+
+static void
+client_option_payload (uint32_t type, const uint8_t *p, uint32_t n)
+{
+  uint8_t *c = exact (p, n);
+  struct nbd_info info;
+  const uint8_t *name;
+  size_t name_len;
+  uint32_t id;
+
+  if (type == NBD_REP_INFO && nbd_parse_info (c, n, &info)) {
+    if (info.type == NBD_INFO_EXPORT)
+      CHECK (n == NBD_INFO_EXPORT_LEN);
+    else if (info.type == NBD_INFO_BLOCK_SIZE)
+      CHECK (n == NBD_INFO_BLOCK_SIZE_LEN);
+    else if (info.type == NBD_INFO_NAME || info.type == NBD_INFO_DESCRIPTION)
+      CHECK (info.string + info.string_len == c + n);
+  }
+  if (type == NBD_REP_META_CONTEXT &&
+      nbd_parse_meta_context_reply (c, n, &id, &name, &name_len))
+    CHECK (name + name_len == c + n);
+  free (c);
+}
+
+static void
+client_chunk_payload (const struct nbd_chunk *ch, const uint8_t *p,
+                      uint32_t n)
+{
+  uint8_t *c = exact (p, n);
+  const uint8_t *d;
+  uint64_t offset;
+  uint32_t error, len, context, l, f;
+  uint16_t msg_len;
+  size_t extents;
+
+  switch (ch->type) {
+  case NBD_REPLY_TYPE_OFFSET_DATA:
+    if (nbd_parse_offset_data (c, n, &offset, &d, &len))
+      CHECK (d + len == c + n);
+    break;
+  case NBD_REPLY_TYPE_ERROR:
+    if (nbd_parse_error_chunk (c, n, &error, &d, &msg_len))
+      CHECK (d + msg_len <= c + n);
+    break;
+  case NBD_REPLY_TYPE_BLOCK_STATUS:
+    if (nbd_parse_block_status (c, n, &context, &extents)) {
+      CHECK (extents >= 1 && NBD_BLOCK_STATUS_LEN (extents) ==
+             NBD_CHUNK_HEADER_LEN + n);
+      for (size_t i = 0; i < extents; i++)
+        nbd_parse_extent (c, i, &l, &f);
+    }
+    break;
+  }
+  free (c);
+}
+
+/* What a server sends, read as pdio(1)'s client side reads it. */
+static void
+client_side (const uint8_t *p, size_t len)
+{
+  uint16_t gflags;
+  uint32_t option, type, n, error;
+  uint64_t cookie;
+  struct nbd_chunk ch;
+
+  if (len < NBD_GREETING_LEN || !nbd_parse_greeting (p, &gflags))
+    return;
+  p += NBD_GREETING_LEN;
+  len -= NBD_GREETING_LEN;
+  do {
+    if (len < NBD_OPTION_REPLY_LEN ||
+        !nbd_parse_option_reply (p, &option, &type, &n) ||
+        n > len - NBD_OPTION_REPLY_LEN)
+      return;
+    client_option_payload (type, p + NBD_OPTION_REPLY_LEN, n);
+    p += NBD_OPTION_REPLY_LEN + n;
+    len -= NBD_OPTION_REPLY_LEN + n;
+  } while (type != NBD_REP_ACK);
+
+  while (len >= NBD_SIMPLE_REPLY_LEN) {
+    if (nbd_parse_simple_reply (p, &error, &cookie)) {
+      p += NBD_SIMPLE_REPLY_LEN;
+      len -= NBD_SIMPLE_REPLY_LEN;
+      continue;                 /* a READ's data would follow: unknown here */
+    }
+    if (len < NBD_CHUNK_HEADER_LEN || !nbd_parse_chunk_header (p, &ch) ||
+        ch.length > len - NBD_CHUNK_HEADER_LEN)
+      return;
+    client_chunk_payload (&ch, p + NBD_CHUNK_HEADER_LEN, ch.length);
+    p += NBD_CHUNK_HEADER_LEN + ch.length;
+    len -= NBD_CHUNK_HEADER_LEN + ch.length;
+  }
+}
+
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
 int
@@ -243,6 +475,10 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
 
   if (size < 2)
     return 0;
+  if (data[0] & 0x40) {
+    client_side (data + 2, size - 2);
+    return 0;
+  }
   e = (struct nbd_export) {
     .size = sizes[(data[0] >> 1) & 3], .readonly = data[0] & 1,
     .block_min = 1, .block_preferred = 4096, .block_max = NBD_MAX_PAYLOAD,
@@ -262,15 +498,18 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     case NBD_HS_SEND:
       CHECK (len > 0 && len <= NBD_HS_OUT_MAX);
       if (!greeted) {
-        CHECK (len == 18 && nbd_get64 (buf) == NBD_MAGIC);
+        uint16_t gflags;
+
+        CHECK (len == NBD_GREETING_LEN && nbd_parse_greeting (buf, &gflags));
+        CHECK (gflags == (NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES));
         greeted = true;
       }
       else if (h.option == NBD_OPT_EXPORT_NAME && h.done_after_send) {
-        CHECK (len == 10 || len == 134);
+        CHECK (len == NBD_EXPORT_NAME_REPLY_LEN (h.no_zeroes));
         CHECK (mode != PDIO_TLS_REQUIRE || h.tls_active);
       }
       else {
-        check_option_replies (buf, len, h.option);
+        check_option_replies (&h, buf, len);
         if (mode == PDIO_TLS_REQUIRE && !h.tls_active)
           check_pre_tls_replies (buf, len, h.option);
       }

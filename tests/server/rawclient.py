@@ -83,57 +83,15 @@ import sys
 import threading
 import time
 
-NBDMAGIC = 0x4e42444d41474943
-IHAVEOPT = 0x49484156454F5054
-REPMAGIC = 0x3e889045565a9
-REQ_MAGIC = 0x25609513
-SIMPLE_MAGIC = 0x67446698
-OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS, OPT_INFO, OPT_GO = 1, 2, 3, 5, 6, 7
-OPT_SR, OPT_LIST_META, OPT_SET_META = 8, 9, 10
-REP_ACK, REP_INFO = 1, 3
-REP_ERR_UNSUP, REP_ERR_POLICY, REP_ERR_INVALID = 0x80000001, 0x80000002, 0x80000003
-CMD_READ, CMD_WRITE, CMD_DISC = 0, 1, 2
-EINVAL = 22
-
-
-class Closed(Exception):
-    pass
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        try:
-            chunk = s.recv(n - len(buf))
-        except (ConnectionResetError, BrokenPipeError, socket.timeout):
-            raise Closed()
-        if not chunk:
-            raise Closed()
-        buf += chunk
-    return buf
-
-
-def recv_big(s, n):
-    """recv_exact without the copying that grows with n squared."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        try:
-            k = s.recv_into(view[got:], n - got)
-        except (ConnectionResetError, BrokenPipeError, socket.timeout):
-            raise Closed()
-        if not k:
-            raise Closed()
-        got += k
-    return bytes(buf)
-
-
-def send(s, data):
-    try:
-        s.sendall(data)
-    except (BrokenPipeError, ConnectionResetError, socket.timeout):
-        raise Closed()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "lib"))
+from nbdwire import (  # noqa: E402
+    C_FIXED_NEWSTYLE, CMD_DISC, CMD_READ, CMD_WRITE, EINVAL, OPT_ABORT,
+    OPT_GO, OPT_INFO, OPT_LIST, OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT,
+    OPT_STARTTLS, OPT_STRUCTURED_REPLY, REP_ACK, REP_ERR_INVALID,
+    REP_ERR_POLICY, REP_ERR_UNSUP, REP_INFO, Closed, client_flags, greeting,
+    info_request, info_type, negotiate, option, option_reply, recv_big,
+    recv_exact, request, send, send_option, simple_reply)
 
 
 def connect(path, timeout=20):
@@ -141,64 +99,6 @@ def connect(path, timeout=20):
     s.settimeout(timeout)
     s.connect(path)
     return s
-
-
-def greeting(s):
-    magic, opt, flags = struct.unpack(">QQH", recv_exact(s, 18))
-    if magic != NBDMAGIC or opt != IHAVEOPT:
-        raise SystemExit("bad greeting")
-    return flags
-
-
-def option(s, code, data=b""):
-    send(s, struct.pack(">QII", IHAVEOPT, code, len(data)) + data)
-
-
-def option_reply(s):
-    magic, opt, typ, length = struct.unpack(">QIII", recv_exact(s, 20))
-    if magic != REPMAGIC:
-        raise SystemExit("bad option reply magic")
-    return opt, typ, recv_exact(s, length)
-
-
-def go_data(name=b"", infos=()):
-    return (struct.pack(">I", len(name)) + name + struct.pack(">H", len(infos))
-            + b"".join(struct.pack(">H", i) for i in infos))
-
-
-def negotiate(s, structured=False):
-    """Fixed newstyle, GO; returns (size, flags)."""
-    greeting(s)
-    send(s, struct.pack(">I", 3))
-    if structured:
-        option(s, OPT_SR)
-        if option_reply(s)[1] != REP_ACK:
-            raise SystemExit("structured replies refused")
-    option(s, OPT_GO, go_data(b"", (3,)))
-    size = flags = None
-    while True:
-        opt, typ, data = option_reply(s)
-        if typ == REP_INFO:
-            if struct.unpack(">H", data[:2])[0] == 0:
-                size, flags = struct.unpack(">QH", data[2:12])
-        elif typ == REP_ACK:
-            break
-        else:
-            raise SystemExit("GO failed: reply type 0x%x" % typ)
-    if size is None:
-        raise SystemExit("GO: no NBD_INFO_EXPORT")
-    return size, flags
-
-
-def request(typ, offset, count, cookie=1, flags=0):
-    return struct.pack(">IHHQQI", REQ_MAGIC, flags, typ, cookie, offset, count)
-
-
-def simple_reply(s):
-    magic, err, cookie = struct.unpack(">IIQ", recv_exact(s, 16))
-    if magic != SIMPLE_MAGIC:
-        raise SystemExit("bad simple reply magic 0x%x" % magic)
-    return err, cookie
 
 
 # --- the abuses ------------------------------------------------------------
@@ -217,7 +117,7 @@ def garbage(s, rnd):
 
 def bad_client_flags(s, rnd):
     greeting(s)
-    send(s, struct.pack(">I", rnd.choice([4, 0xffffffff, 1 << 31])))
+    send(s, client_flags(rnd.choice([4, 0xffffffff, 1 << 31])))
     try:
         if s.recv(1):
             raise SystemExit("the server went on after unknown client flags")
@@ -227,16 +127,16 @@ def bad_client_flags(s, rnd):
 
 def bad_option_magic(s, rnd):
     greeting(s)
-    send(s, struct.pack(">I", 1) + rnd.randbytes(16))
+    send(s, client_flags(C_FIXED_NEWSTYLE) + rnd.randbytes(16))
 
 
 def option_flood(s, rnd):
     """More options than the server takes; each must be answered UNSUP
     until it hangs up."""
     greeting(s)
-    send(s, struct.pack(">I", 1))
+    send(s, client_flags(C_FIXED_NEWSTYLE))
     for i in range(400):
-        option(s, 1000 + i, rnd.randbytes(rnd.randrange(0, 64)))
+        send_option(s, 1000 + i, rnd.randbytes(rnd.randrange(0, 64)))
         try:
             opt, typ, _ = option_reply(s)
         except Closed:
@@ -248,27 +148,28 @@ def option_flood(s, rnd):
 
 def long_option_cut_short(s, rnd):
     greeting(s)
-    send(s, struct.pack(">I", 1))
+    send(s, client_flags(C_FIXED_NEWSTYLE))
     length = rnd.choice([5000, 100000, 1 << 20, 0xffffffff])
-    send(s, struct.pack(">QII", IHAVEOPT, rnd.choice([OPT_GO, OPT_LIST, 77]),
-                        length) + rnd.randbytes(rnd.randrange(0, 3000)))
+    send(s, option(rnd.choice([OPT_GO, OPT_LIST, 77]),
+                   rnd.randbytes(rnd.randrange(0, 3000)), length=length))
 
 
 def malformed_options(s, rnd):
     greeting(s)
-    send(s, struct.pack(">I", 1))
+    send(s, client_flags(C_FIXED_NEWSTYLE))
     for data, code in [
             (struct.pack(">I", 1000) + b"ab", OPT_GO),
             (struct.pack(">IH", 0, 5), OPT_INFO),
-            (b"\0\0\0\0\0\0\0\5", OPT_SET_META),     # before structured
-            (b"xx", OPT_LIST), (b"x", OPT_SR)]:
-        option(s, code, data)
+            (b"\0\0\0\0\0\0\0\5", OPT_SET_META_CONTEXT),  # before structured
+            (b"xx", OPT_LIST), (b"x", OPT_STRUCTURED_REPLY)]:
+        send_option(s, code, data)
         opt, typ, _ = option_reply(s)
         if opt != code or typ != REP_ERR_INVALID:
             raise SystemExit("malformed option %d: reply type 0x%x" % (code, typ))
-    option(s, OPT_SR)
+    send_option(s, OPT_STRUCTURED_REPLY)
     option_reply(s)
-    option(s, OPT_LIST_META, struct.pack(">II", 0, 3) + struct.pack(">I", 99))
+    send_option(s, OPT_LIST_META_CONTEXT,
+                struct.pack(">II", 0, 3) + struct.pack(">I", 99))
     opt, typ, _ = option_reply(s)
     if typ != REP_ERR_INVALID:
         raise SystemExit("query running past the option: reply type 0x%x" % typ)
@@ -276,12 +177,12 @@ def malformed_options(s, rnd):
 
 def starttls(s, rnd):
     greeting(s)
-    send(s, struct.pack(">I", 1))
-    option(s, OPT_STARTTLS)
+    send(s, client_flags(C_FIXED_NEWSTYLE))
+    send_option(s, OPT_STARTTLS)
     opt, typ, _ = option_reply(s)
     if opt != OPT_STARTTLS or typ != REP_ERR_POLICY:
         raise SystemExit("STARTTLS: reply type 0x%x, want NBD_REP_ERR_POLICY" % typ)
-    option(s, OPT_GO, go_data(b"some name", (1, 2, 3)))
+    send_option(s, OPT_GO, info_request(b"some name", (1, 2, 3)))
     seen = set()
     while True:
         opt, typ, data = option_reply(s)
@@ -289,7 +190,7 @@ def starttls(s, rnd):
             break
         if typ != REP_INFO:
             raise SystemExit("GO after STARTTLS: reply type 0x%x" % typ)
-        seen.add(struct.unpack(">H", data[:2])[0])
+        seen.add(info_type(data))
     if not {0, 1, 3} <= seen:
         raise SystemExit("GO: infos %s, want EXPORT, NAME, BLOCK_SIZE" % seen)
     send(s, request(CMD_DISC, 0, 0))
@@ -297,13 +198,13 @@ def starttls(s, rnd):
 
 def byte_at_a_time(s, rnd):
     greeting(s)
-    data = struct.pack(">I", 1) + struct.pack(">QII", IHAVEOPT, OPT_LIST, 0)
+    data = client_flags(C_FIXED_NEWSTYLE) + option(OPT_LIST)
     for b in data:
         send(s, bytes([b]))
     opt, typ, _ = option_reply(s)
     if opt != OPT_LIST:
         raise SystemExit("LIST: reply to option %d" % opt)
-    option(s, OPT_ABORT)
+    send_option(s, OPT_ABORT)
 
 
 def bad_request_magic(s, rnd):
@@ -696,13 +597,7 @@ def stranger(path):
 
 
 def fake_old_server(path, kind):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    ls.bind(path)
-    ls.listen(1)
+    ls = listen_at(path)
     ls.settimeout(30)
     s, _ = ls.accept()
     s.settimeout(30)
@@ -750,4 +645,5 @@ def main():
         raise SystemExit(__doc__)
 
 
-main()
+if __name__ == "__main__":
+    main()

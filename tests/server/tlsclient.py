@@ -46,42 +46,14 @@ import struct
 import sys
 import time
 
-NBDMAGIC = 0x4e42444d41474943
-IHAVEOPT = 0x49484156454F5054
-REPMAGIC = 0x3e889045565a9
-REQ_MAGIC = 0x25609513
-SIMPLE_MAGIC = 0x67446698
-OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS, OPT_INFO, OPT_GO = 1, 2, 3, 5, 6, 7
-OPT_SR, OPT_LIST_META, OPT_SET_META = 8, 9, 10
-REP_ACK, REP_INFO = 1, 3
-REP_ERR_INVALID, REP_ERR_TLS_REQD = 0x80000003, 0x80000005
-CMD_READ = 0
-
-
-class Closed(Exception):
-    pass
-
-
-def recv_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        try:
-            chunk = s.recv(n - len(buf))
-        except (ConnectionResetError, BrokenPipeError, socket.timeout,
-                ssl.SSLError, OSError):
-            raise Closed()
-        if not chunk:
-            raise Closed()
-        buf += chunk
-    return buf
-
-
-def send(s, data):
-    try:
-        s.sendall(data)
-    except (BrokenPipeError, ConnectionResetError, socket.timeout,
-            ssl.SSLError, OSError):
-        raise Closed()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "lib"))
+from nbdwire import (  # noqa: E402
+    CMD_READ, OPT_ABORT, OPT_EXPORT_NAME, OPT_GO, OPT_INFO, OPT_LIST,
+    OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT, OPT_STARTTLS,
+    OPT_STRUCTURED_REPLY, REP_ACK, REP_ERR_INVALID, REP_ERR_TLS_REQD,
+    REP_INFO, REP_MAGIC, Closed, go, hello, info_request, meta_request,
+    option_reply, recv_exact, request, send, send_option, simple_reply)
 
 
 def connect(port, timeout=30):
@@ -89,37 +61,8 @@ def connect(port, timeout=30):
     return s
 
 
-def greeting(s):
-    magic, opt, flags = struct.unpack(">QQH", recv_exact(s, 18))
-    if magic != NBDMAGIC or opt != IHAVEOPT:
-        raise SystemExit("bad greeting")
-    send(s, struct.pack(">I", 3))       # FIXED_NEWSTYLE | NO_ZEROES
-    return flags
-
-
-def option(s, code, data=b""):
-    send(s, struct.pack(">QII", IHAVEOPT, code, len(data)) + data)
-
-
-def option_reply(s):
-    magic, opt, typ, length = struct.unpack(">QIII", recv_exact(s, 20))
-    if magic != REPMAGIC:
-        raise SystemExit("bad option reply magic")
-    return opt, typ, recv_exact(s, length)
-
-
-def go_data(name=b"", infos=()):
-    return (struct.pack(">I", len(name)) + name + struct.pack(">H", len(infos))
-            + b"".join(struct.pack(">H", i) for i in infos))
-
-
-def meta_data(queries):
-    return (struct.pack(">I", 0) + struct.pack(">I", len(queries)) +
-            b"".join(struct.pack(">I", len(q)) + q for q in queries))
-
-
 def starttls(s):
-    option(s, OPT_STARTTLS)
+    send_option(s, OPT_STARTTLS)
     opt, typ, _ = option_reply(s)
     if opt != OPT_STARTTLS or typ != REP_ACK:
         raise SystemExit("STARTTLS: reply type 0x%x, want ACK" % typ)
@@ -133,41 +76,33 @@ def tls_context(certdir):
     return ctx
 
 
-def go(s):
-    option(s, OPT_GO, go_data(b"", (3,)))
-    size = None
-    while True:
-        opt, typ, data = option_reply(s)
-        if typ == REP_INFO and struct.unpack(">H", data[:2])[0] == 0:
-            size = struct.unpack(">Q", data[2:10])[0]
-        elif typ == REP_ACK:
-            return size
-        elif typ != REP_INFO:
-            raise SystemExit("GO over TLS: reply type 0x%x" % typ)
-
-
-def request(typ, offset, count, cookie=1, flags=0):
-    return struct.pack(">IHHQQI", REQ_MAGIC, flags, typ, cookie, offset, count)
-
-
 # --- required ------------------------------------------------------------------
 PLAIN_OPTIONS = [
     ("LIST", OPT_LIST, b""),
-    ("INFO", OPT_INFO, go_data(b"", (0, 1, 2, 3))),
-    ("GO", OPT_GO, go_data(b"", (0, 1, 2, 3))),
-    ("STRUCTURED_REPLY", OPT_SR, b""),
-    ("LIST_META_CONTEXT", OPT_LIST_META, meta_data([b"base:"])),
-    ("SET_META_CONTEXT", OPT_SET_META, meta_data([b"base:allocation"])),
+    ("INFO", OPT_INFO, info_request(b"", (0, 1, 2, 3))),
+    ("GO", OPT_GO, info_request(b"", (0, 1, 2, 3))),
+    ("STRUCTURED_REPLY", OPT_STRUCTURED_REPLY, b""),
+    ("LIST_META_CONTEXT", OPT_LIST_META_CONTEXT, meta_request([b"base:"])),
+    ("SET_META_CONTEXT", OPT_SET_META_CONTEXT,
+     meta_request([b"base:allocation"])),
     ("an unknown option", 99, b"x" * 10),
     ("option 0", 0, b""),
 ]
 
 
+def answer(s):
+    """What the server sends before it hangs up (b"" for nothing)."""
+    try:
+        return s.recv(65536)
+    except (ConnectionResetError, socket.timeout):
+        return b""
+
+
 def required(port):
     s = connect(port)
-    greeting(s)
+    hello(s)
     for name, code, data in PLAIN_OPTIONS:
-        option(s, code, data)
+        send_option(s, code, data)
         opt, typ, payload = option_reply(s)
         if opt != code or typ != REP_ERR_TLS_REQD:
             raise SystemExit("%s before STARTTLS: reply type 0x%x to option "
@@ -179,30 +114,24 @@ def required(port):
     # After GO's refusal there is no transmission phase: a read request
     # is an option header with a bad magic to the server.
     send(s, request(CMD_READ, 0, 4096))
-    try:
-        data = s.recv(65536)
-    except (ConnectionResetError, socket.timeout):
-        data = b""
+    data = answer(s)
     if data:
         raise SystemExit("a read request before TLS got %d bytes back"
                          % len(data))
     print("READ                 no reply, hung up")
     s.close()
     s = connect(port)
-    greeting(s)
-    option(s, OPT_EXPORT_NAME, b"")
-    try:
-        data = s.recv(65536)
-    except (ConnectionResetError, socket.timeout):
-        data = b""
+    hello(s)
+    send_option(s, OPT_EXPORT_NAME, b"")
+    data = answer(s)
     if data:
         raise SystemExit("EXPORT_NAME before TLS got %d bytes: %r"
                          % (len(data), data[:32]))
     print("EXPORT_NAME          hung up, no byte sent")
     s.close()
     s = connect(port)
-    greeting(s)
-    option(s, OPT_ABORT)
+    hello(s)
+    send_option(s, OPT_ABORT)
     opt, typ, _ = option_reply(s)
     if opt != OPT_ABORT or typ != REP_ACK:
         raise SystemExit("ABORT before TLS: reply type 0x%x, want ACK" % typ)
@@ -212,7 +141,7 @@ def required(port):
 
 def x509(port, certdir):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     # Refused by the server (its handshake fails, or, in TLS 1.3, its
     # check of the client's certificate after the client's side is done):
@@ -221,7 +150,7 @@ def x509(port, certdir):
     try:
         t = tls_context(certdir).wrap_socket(s, server_hostname="localhost")
         print("TLS:", t.version(), t.cipher()[0])
-        option(t, OPT_STARTTLS)
+        send_option(t, OPT_STARTTLS)
         opt, typ, _ = option_reply(t)
     except (Closed, ssl.SSLError, OSError) as e:
         print("refused in TLS: %s" % e)
@@ -229,11 +158,11 @@ def x509(port, certdir):
     if typ != REP_ERR_INVALID:
         raise SystemExit("STARTTLS in TLS: reply type 0x%x, want "
                          "NBD_REP_ERR_INVALID" % typ)
-    size = go(t)
+    size, _ = go(t)
     send(t, request(CMD_READ, 0, 4096, cookie=5))
-    magic, err, cookie = struct.unpack(">IIQ", recv_exact(t, 16))
-    if magic != SIMPLE_MAGIC or err or cookie != 5:
-        raise SystemExit("read over TLS: magic 0x%x error %d" % (magic, err))
+    err, cookie = simple_reply(t)
+    if err or cookie != 5:
+        raise SystemExit("read over TLS: error %d, cookie %d" % (err, cookie))
     print("size", size)
     print(recv_exact(t, 4096).hex())
     t.close()
@@ -242,14 +171,14 @@ def x509(port, certdir):
 # --- hostile -------------------------------------------------------------------
 def starttls_hang_up(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     return s
 
 
 def garbage_record(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     send(s, rnd.randbytes(rnd.randrange(1, 20000)))
     return s
@@ -269,16 +198,16 @@ def client_hello(certdir):
 
 def hello_cut_short(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
-    hello = client_hello(certdir)
-    send(s, hello[:rnd.randrange(1, len(hello))])
+    ch = client_hello(certdir)
+    send(s, ch[:rnd.randrange(1, len(ch))])
     return s
 
 
 def hello_then_vanish(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     send(s, client_hello(certdir))
     if rnd.random() < 0.5:
@@ -291,7 +220,7 @@ def hello_then_vanish(port, certdir, rnd):
 
 def record_cut_short(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     t = tls_context(certdir).wrap_socket(s, server_hostname="localhost")
     # A record header promising more than follows, on the raw socket
@@ -305,10 +234,10 @@ def record_cut_short(port, certdir, rnd):
 
 def downgrade(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     # INFO in plain text first: with --tls=require refused, with --tls=on
     # answered; either way STARTTLS then starts a clean TLS session.
-    option(s, OPT_INFO, go_data(b"", (3,)))
+    send_option(s, OPT_INFO, info_request(b"", (3,)))
     while True:
         opt, typ, _ = option_reply(s)
         if typ in (REP_ERR_TLS_REQD, REP_ACK):
@@ -320,7 +249,7 @@ def downgrade(port, certdir, rnd):
     t = tls_context(certdir).wrap_socket(s, server_hostname="localhost")
     go(t)
     send(t, request(CMD_READ, 0, 512, cookie=9))
-    magic, err, cookie = struct.unpack(">IIQ", recv_exact(t, 16))
+    err, cookie = simple_reply(t)
     if err or cookie != 9:
         raise SystemExit("downgrade: read over TLS failed: error %d" % err)
     recv_exact(t, 512)
@@ -329,15 +258,15 @@ def downgrade(port, certdir, rnd):
 
 def plain_after_ack(port, certdir, rnd):
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     # The server now expects a ClientHello: NBD options are garbage to it.
-    option(s, OPT_GO, go_data(b"", (3,)))
+    send_option(s, OPT_GO, info_request(b"", (3,)))
     try:
         data = s.recv(4096)
     except (OSError, socket.timeout):
         data = b""
-    if data[:8] == struct.pack(">Q", REPMAGIC):
+    if data[:8] == struct.pack(">Q", REP_MAGIC):
         raise SystemExit("a plain-text option after STARTTLS was answered")
     return s
 
@@ -379,16 +308,16 @@ def handover(port, certdir, flagdir):
     closed cleanly (answered, then the session ended), not left hanging
     or fed garbage."""
     p = connect(port)
-    greeting(p)
+    hello(p)
     go(p)
     s = connect(port)
-    greeting(s)
+    hello(s)
     starttls(s)
     t = tls_context(certdir).wrap_socket(s, server_hostname="localhost")
     go(t)
     for c, cookie in ((p, 1), (t, 2)):
         send(c, request(CMD_READ, 0, 512, cookie=cookie))
-        magic, err, got = struct.unpack(">IIQ", recv_exact(c, 16))
+        err, got = simple_reply(c)
         if err or got != cookie:
             raise SystemExit("read before the hand-over failed")
         recv_exact(c, 512)
@@ -396,10 +325,10 @@ def handover(port, certdir, flagdir):
     while not os.path.exists(os.path.join(flagdir, "go")):
         time.sleep(0.1)
     send(p, request(CMD_READ, 4096, 512, cookie=3))
-    magic, err, got = struct.unpack(">IIQ", recv_exact(p, 16))
-    if magic != SIMPLE_MAGIC or err or got != 3:
-        raise SystemExit("plain client after the hand-over: magic 0x%x "
-                         "error %d" % (magic, err))
+    err, got = simple_reply(p)
+    if err or got != 3:
+        raise SystemExit("plain client after the hand-over: error %d, "
+                         "cookie %d" % (err, got))
     recv_exact(p, 512)
     print("plain connection: served by the successor")
     try:
@@ -415,16 +344,11 @@ def handover(port, certdir, flagdir):
 def plain_hostile(port, n, seed):
     """rawclient.py's abuses, over TCP to a server with --tls=on (all but
     its STARTTLS one, which expects TLS to be off)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                        "rawclient.py")
-    with open(path) as f:
-        src = f.read()
-    # Its definitions without its last line, the call of its main().
-    raw = {"__name__": "rawclient"}
-    exec(compile(src[:src.rindex("\nmain()")], path, "exec"), raw)
-    raw["connect"] = lambda _path, timeout=20: connect(port, timeout)
-    raw["ABUSES"] = [a for a in raw["ABUSES"] if a.__name__ != "starttls"]
-    raw["hostile"](None, n, seed)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import rawclient
+    rawclient.connect = lambda _path, timeout=20: connect(port, timeout)
+    rawclient.ABUSES = [a for a in rawclient.ABUSES if a.__name__ != "starttls"]
+    rawclient.hostile(None, n, seed)
 
 
 def main():

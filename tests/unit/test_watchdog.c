@@ -10,7 +10,6 @@
  */
 #include <config.h>
 
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -32,24 +31,17 @@ static bool
 read_probe (int fd, uint64_t *cookie)
 {
   uint8_t req[NBD_REQUEST_LEN];
-  uint32_t magic, len;
-  uint16_t type;
-  uint64_t offset;
+  struct nbd_request probe;
   ssize_t r = recv (fd, req, sizeof req, MSG_DONTWAIT);
 
   if (r == -1 && errno == EAGAIN)
     return false;
   CHECK (r == (ssize_t) sizeof req, "a whole request (got %zd)", r);
-  memcpy (&magic, req, 4);
-  memcpy (&type, req + 6, 2);
-  memcpy (cookie, req + 8, 8);
-  memcpy (&offset, req + 16, 8);
-  memcpy (&len, req + 24, 4);
-  CHECK (be32toh (magic) == NBD_REQUEST_MAGIC, "request magic %#x",
-         be32toh (magic));
-  CHECK (be16toh (type) == NBD_CMD_READ, "a read (type %u)", be16toh (type));
-  CHECK (be64toh (offset) == 0, "at offset 0");
-  CHECK (be32toh (len) == BLOCK, "of one block (%u)", be32toh (len));
+  CHECK (nbd_parse_request (req, &probe), "the request magic");
+  CHECK (probe.type == NBD_CMD_READ, "a read (type %u)", probe.type);
+  CHECK (probe.offset == 0, "at offset 0");
+  CHECK (probe.count == BLOCK, "of one block (%u)", probe.count);
+  *cookie = probe.cookie;
   return true;
 }
 
@@ -58,12 +50,8 @@ static void
 answer (int fd, uint64_t cookie, uint32_t error, size_t data)
 {
   uint8_t rep[NBD_SIMPLE_REPLY_LEN + BLOCK] = { 0 };
-  uint32_t v = htobe32 (NBD_SIMPLE_REPLY_MAGIC);
 
-  memcpy (rep, &v, 4);
-  v = htobe32 (error);
-  memcpy (rep + 4, &v, 4);
-  memcpy (rep + 8, &cookie, 8);
+  nbd_simple_reply (rep, cookie, error);
   CHECK (write (fd, rep, NBD_SIMPLE_REPLY_LEN + data) ==
          (ssize_t) (NBD_SIMPLE_REPLY_LEN + data), "write the answer");
 }
@@ -216,13 +204,12 @@ main (void)
   watchdog_close (&w);
   {
     uint8_t req[NBD_REQUEST_LEN];
-    uint16_t type;
+    struct nbd_request disc;
 
     CHECK (recv (sv[1], req, sizeof req, MSG_DONTWAIT) == sizeof req,
            "a disconnect request");
-    memcpy (&type, req + 6, 2);
-    CHECK (be16toh (type) == NBD_CMD_DISC, "NBD_CMD_DISC (%u)",
-           be16toh (type));
+    CHECK (nbd_parse_request (req, &disc), "the request magic");
+    CHECK (disc.type == NBD_CMD_DISC, "NBD_CMD_DISC (%u)", disc.type);
   }
   close (sv[1]);
   printf ("test_watchdog: ok\n");
