@@ -540,11 +540,12 @@ extern bool record_find (const char *cmd, const char *what,
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */
-/* socket, or TCP: bind (NULL: loopback) and port; tls describes the
- * credentials a client needs, or is NULL without TLS.
+/* socket, or TCP: bind (NULL: loopback) and port; tls is what the server
+ * asks of a client, or NULL without TLS.
  */
 extern void print_uri_and_attach (const char *socket, const char *bind,
-                                  const char *port, const char *tls,
+                                  const char *port,
+                                  const struct pdio_tls_config *tls,
                                   uint32_t dio_align, bool readonly);
 
 /* --- serve_native.c: pdio's own NBD server (src/server/) ----------------- */
