@@ -479,8 +479,14 @@ extern pid_t test_start_server_tied (const struct server_opts *o,
  */
 extern void test_keep_link (int fd);
 extern void test_break_link (void);
+/* Not a break but a test setting: $PDIO_BOUNCE_CANARY=1 has pdio serve
+ * fill free bounce pages with PDIO_CANARY (the plugin's -D
+ * pdio.canary=1), so that stale bounce memory reaching a client shows.
+ */
+extern bool test_bounce_canary (void);
 #else
 #define test_break(what) false
+#define test_bounce_canary() false
 #endif
 
 /* --- daemon.c: the server of an attachment, as a daemon ------------------ */

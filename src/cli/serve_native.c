@@ -29,7 +29,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -164,14 +163,10 @@ serve_native (const struct native_serve *o)
     .error = log_error, .warning = log_warning,
     .debug = getenv ("PDIO_SERVER_DEBUG") ? log_debug : NULL,
   };
-  /* Testing, as the plugin's -D pdio.canary=1: free bounce pages are
-   * filled with PDIO_CANARY, so a leak of stale bounce memory shows.
-   */
-  const char *canary = getenv ("PDIO_BOUNCE_CANARY");
   const struct pdio_config cfg = {
     .file = o->image, .readonly = o->readonly, .backend = o->backend,
     .align = o->align, .log = log,
-    .bounce_canary = canary != NULL && strcmp (canary, "1") == 0,
+    .bounce_canary = test_bounce_canary (),
     /* The old server holds it until it hands over. */
     .lock_later = o->take_over != NULL,
   };
