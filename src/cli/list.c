@@ -44,11 +44,11 @@ usage (FILE *fp)
 "as served (pdio resize changes it) and whether the attachment is alive;\n"
 "also a device pdio connected but has no record of (its attach was killed).\n"
 "\n"
-"      --json             as JSON, with the front end (pdio or nbdkit), the\n"
+"  -J, --json             as JSON, with the front end (pdio or nbdkit), the\n"
 "                         backend identifier, the supervisor's pid, and the\n"
 "                         memory of the server and of the supervisor (RSS\n"
 "                         and PSS in bytes, from /proc/PID/smaps_rollup)\n"
-"      --noheadings       no header line\n");
+"  -n, --noheadings       no header line\n");
 }
 
 static void

@@ -1,5 +1,5 @@
-/* pdio(1): the command line front end.  Dispatches to the commands and
- * prints the overall help.  See pdio.h for the pieces.
+/* pdio(1), the command line tool: dispatches to the commands and prints
+ * the overall help.  See pdio.h for the pieces.
  */
 #include <config.h>
 

@@ -479,8 +479,14 @@ extern pid_t test_start_server_tied (const struct server_opts *o,
  */
 extern void test_keep_link (int fd);
 extern void test_break_link (void);
+/* Not a break but a test setting: $PDIO_BOUNCE_CANARY=1 has pdio serve
+ * fill free bounce pages with PDIO_CANARY (the plugin's -D
+ * pdio.canary=1), so that stale bounce memory reaching a client shows.
+ */
+extern bool test_bounce_canary (void);
 #else
 #define test_break(what) false
+#define test_bounce_canary() false
 #endif
 
 /* --- daemon.c: the server of an attachment, as a daemon ------------------ */
@@ -540,11 +546,12 @@ extern bool record_find (const char *cmd, const char *what,
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */
-/* socket, or TCP: bind (NULL: loopback) and port; tls describes the
- * credentials a client needs, or is NULL without TLS.
+/* socket, or TCP: bind (NULL: loopback) and port; tls is what the server
+ * asks of a client, or NULL without TLS.
  */
 extern void print_uri_and_attach (const char *socket, const char *bind,
-                                  const char *port, const char *tls,
+                                  const char *port,
+                                  const struct pdio_tls_config *tls,
                                   uint32_t dio_align, bool readonly);
 
 /* --- serve_native.c: pdio's own NBD server (src/server/) ----------------- */

@@ -29,7 +29,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,8 +69,6 @@ struct announce {
   const struct native_serve *o;
   struct pdio_info info;
   int ready_fd;                 /* daemon: tell the first process */
-  char tls_how[PATH_MAX + 64];  /* what a TLS client needs; "" without */
-  const char *tls_how_p;
   struct handover *taken;       /* --take-over: what was taken over */
 };
 
@@ -103,7 +100,7 @@ ready (void *opaque)
           a->info.readonly ? "read-only" : "read-write", a->info.block_min,
           a->info.block_preferred, a->info.block_max,
           a->info.backend == PDIO_BACKEND_PSYNC ? "psync" : "io_uring");
-  print_uri_and_attach (o->socket, o->bind, o->port, a->tls_how_p,
+  print_uri_and_attach (o->socket, o->bind, o->port, &o->tls,
                         a->info.block_preferred, a->info.readonly);
 }
 
@@ -166,14 +163,10 @@ serve_native (const struct native_serve *o)
     .error = log_error, .warning = log_warning,
     .debug = getenv ("PDIO_SERVER_DEBUG") ? log_debug : NULL,
   };
-  /* Testing, as the plugin's -D pdio.canary=1: free bounce pages are
-   * filled with PDIO_CANARY, so a leak of stale bounce memory shows.
-   */
-  const char *canary = getenv ("PDIO_BOUNCE_CANARY");
   const struct pdio_config cfg = {
     .file = o->image, .readonly = o->readonly, .backend = o->backend,
     .align = o->align, .log = log,
-    .bounce_canary = canary != NULL && strcmp (canary, "1") == 0,
+    .bounce_canary = test_bounce_canary (),
     /* The old server holds it until it hands over. */
     .lock_later = o->take_over != NULL,
   };
@@ -201,15 +194,8 @@ serve_native (const struct native_serve *o)
   handover_init (&taken);
   handover_init (&handed);
   /* Bad credentials are found before anything is opened or listened on. */
-  if (o->tls.mode != PDIO_TLS_OFF) {
-    if (pdio_tls_new (&o->tls, &log, &tls) < 0)
-      return EXIT_FAILED;
-    snprintf (a.tls_how, sizeof a.tls_how, "%s %s%s", o->tls.certificates
-              ? "x509, certificates in" : "PSK, keys in", o->tls.certificates
-              ? o->tls.certificates : o->tls.psk_file,
-              o->tls.mode == PDIO_TLS_ON ? " (plain clients served too)" : "");
-    a.tls_how_p = a.tls_how;
-  }
+  if (o->tls.mode != PDIO_TLS_OFF && pdio_tls_new (&o->tls, &log, &tls) < 0)
+    return EXIT_FAILED;
   if (pdio_open (&cfg, &img) < 0) {
     pdio_tls_free (tls);
     return EXIT_FAILED;         /* the engine said why */

@@ -278,7 +278,9 @@ enum pdio_op {
 typedef int (*pdio_extent_fn) (void *opaque, uint64_t offset,
                                uint64_t length, bool hole);
 
-/* The engine's state of a request; its layout is private to src/req.c. */
+/* The engine's state of a request; its layout is private to
+ * src/engine/req.c.
+ */
 #define PDIO_REQ_PRIVATE_SIZE 1536
 struct pdio_req_private {
   union {

@@ -139,8 +139,10 @@ struct pdio_thread {
    */
   struct cqe_copy *stash;
   size_t stash_n, stash_cap;
-  unsigned fault_busy;          /* tests: submits that fail with EBUSY */
+#ifdef PDIO_TEST_BREAKS
+  unsigned fault_busy;          /* submits that fail with EBUSY */
   bool fault_busy_owed;         /* ... until CQEs are reaped */
+#endif
 
   /* The file check's answer (engine_check_file).  round counts the
    * times this thread took in events (pdio_thread_poll, each batch of
@@ -256,11 +258,14 @@ extern void helper_init (struct helper *h);
 extern void helper_queue (struct pdio_image *img, struct helper_job *j);
 extern void helper_destroy (struct helper *h);
 
-/* For tests: the next n submits of pdio_thread_sqe with a full SQ fail
- * with EBUSY, each until the thread reaps completions, as the kernel's
- * do while its CQ overflows.
+#ifdef PDIO_TEST_BREAKS
+/* In the test build only (the engine's sources compiled into a test with
+ * -DPDIO_TEST_BREAKS, as pdio(1)'s break points are): the next n submits
+ * of pdio_thread_sqe with a full SQ fail with EBUSY, each until the
+ * thread reaps completions, as the kernel's do while its CQ overflows.
  */
 extern void thread_fault_busy (struct pdio_thread *t, unsigned n);
+#endif
 
 /* Can this process use io_uring at all?  0 or -errno (thread.c). */
 extern int backend_uring_available (void);

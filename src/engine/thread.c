@@ -329,7 +329,9 @@ stash_cqes (struct pdio_thread *t)
 
   /* DEFER_TASKRUN posts completions only when asked to. */
   io_uring_get_events (&t->ring);
+#ifdef PDIO_TEST_BREAKS
   t->fault_busy_owed = false;
+#endif
   while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
     if (t->stash_n + got > t->stash_cap) {
       size_t cap = t->stash_cap ? t->stash_cap * 2 : 2 * CQE_BATCH;
@@ -356,8 +358,10 @@ stash_cqes (struct pdio_thread *t)
 static int
 ring_submit (struct pdio_thread *t)
 {
-  /* For the tests: the kernel refusing submissions until the CQ has
-   * room, as it does while completions overflow.
+#ifdef PDIO_TEST_BREAKS
+  /* The test build's fault (thread_fault_busy): the kernel refusing
+   * submissions until the CQ has room, as it does while completions
+   * overflow.
    */
   if (t->fault_busy_owed)
     return -EBUSY;
@@ -366,6 +370,7 @@ ring_submit (struct pdio_thread *t)
     t->fault_busy_owed = true;
     return -EBUSY;
   }
+#endif
   return io_uring_submit (&t->ring);
 }
 
@@ -397,11 +402,13 @@ pdio_thread_sqe (struct pdio_thread *t)
   return sqe;
 }
 
+#ifdef PDIO_TEST_BREAKS
 void
 thread_fault_busy (struct pdio_thread *t, unsigned n)
 {
   t->fault_busy = n;
 }
+#endif
 
 /* valgrind (3.19, Debian 12's) does not know that io_uring_enter can
  * block: it keeps its big lock, which lets one thread of the process run

@@ -211,12 +211,17 @@ _native_argv ()
 _start_native ()
 {
     _native_argv "$@"
-    # nbdkit's -D pdio.canary=1 is the environment's PDIO_BOUNCE_CANARY=1.
-    _canary=0
+    # nbdkit's -D pdio.canary=1 is the environment's PDIO_BOUNCE_CANARY=1,
+    # which only the test build reads (vm/pdio-broken: pdio with its break
+    # points and test settings), unless PDIO_TEST_PDIO names another.
+    _canary=0 _pdio=$PDIO
     case " $nbdkit_flags " in *" -D pdio.canary=1 "*) _canary=1 ;; esac
-    echo "starting: PDIO_BOUNCE_CANARY=$_canary $PDIO serve --exit-with-parent --socket $sock ${_native_args[*]}"
-    PDIO_SERVER_DEBUG=1 PDIO_BOUNCE_CANARY=$_canary \
-        "$PDIO" serve --exit-with-parent --socket "$sock" \
+    if [ $_canary = 1 ] && [ -z "${PDIO_TEST_PDIO:-}" ]; then
+        _pdio=$TESTS_BUILDDIR/vm/pdio-broken
+    fi
+    echo "starting: PDIO_BOUNCE_CANARY=$_canary $_pdio serve --exit-with-parent --socket $sock ${_native_args[*]}"
+    PDIO_SERVER_DEBUG=1 PDIO_BOUNCE_CANARY=$_canary PDIO_TEST_BREAK= \
+        "$_pdio" serve --exit-with-parent --socket "$sock" \
         "${_native_args[@]}" > "$server_log" 2>&1 &
     server_pid=$!
     echo $server_pid > "$server_pidfile"

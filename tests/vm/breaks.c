@@ -52,6 +52,11 @@
  *   events-late           the supervisor subscribes to the driver's events
  *                         only once it runs, as it used to: a LINK_DEAD
  *                         sent during attach is missed
+ *
+ * And one test setting, read from its own variable: PDIO_BOUNCE_CANARY=1
+ * has pdio serve fill free bounce pages with 0xa5 (faults/canary.tap and
+ * faults/inject.tap with pdio's own server; tests/lib/common.sh runs this
+ * program for them).
  */
 #include <config.h>
 
@@ -80,6 +85,14 @@ test_break (const char *what)
       v++;
   }
   return false;
+}
+
+bool
+test_bounce_canary (void)
+{
+  const char *v = getenv ("PDIO_BOUNCE_CANARY");
+
+  return v != NULL && strcmp (v, "1") == 0;
 }
 
 static int kept_link = -1;
