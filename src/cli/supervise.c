@@ -777,9 +777,10 @@ supervise (const struct record *r, const struct server_opts *so,
         case SIGCHLD: reap (&s); break;
         case SIGUSR1: requested (&s); break;
         default:
-          /* systemd stops an fstab mount's unit after the umount with
-           * SIGTERM to what is left in its cgroup: the device is gone
-           * then, and so should the rest be.
+          /* systemd stops a unit with SIGTERM to what is left in its
+           * cgroup: an fstab mount's after the umount, if we stayed in
+           * it (--slice none, or no placement), or our scope's: the
+           * device is gone then, and so should the rest be.
            */
           /* Not for long: a detach waits for us holding the lock. */
           if (!device_is_ours (&s.rec))
