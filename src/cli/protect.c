@@ -15,9 +15,10 @@
  * - mlockall (--swap): nothing of the process is ever swapped out, since
  *   swapping it back in could need the device it serves.
  *
- * A child that runs another program (mount, udevadm, busctl...) is no part
- * of the I/O path and must be free to allocate and to be killed: it drops
- * the flag and the OOM protection before exec (spawn.c).
+ * A child that runs another program (mount, udevadm, the call to
+ * systemd) is no part of the I/O path and must be free to allocate and
+ * to be killed: it drops the flag and the OOM protection (spawn.c:
+ * unprotect_child).
  */
 #include <config.h>
 

@@ -1,5 +1,5 @@
 /* Running the programs pdio drives (the server, mount, umount, udevadm,
- * modprobe, busctl) and watching processes that are not its children (a
+ * modprobe) and watching processes that are not its children (a
  * daemonized server).
  */
 #include <config.h>
@@ -47,9 +47,9 @@ find_program (const char *env, const char *name, char *buf, size_t len)
 }
 
 /* A program pdio runs that is not a server (mount, umount, udevadm,
- * modprobe, busctl) is no part of the I/O path: it must be free to
- * allocate, and to be killed, like any other (iscsid clears the flag in
- * such children too, after its NOIO allocations lost devices).  So it
+ * modprobe; systemd.c's call) is no part of the I/O path: it must be free
+ * to allocate, and to be killed, like any other (iscsid clears the flag
+ * in such children too, after its NOIO allocations lost devices).  So it
  * drops what the supervisor holds (protect.c): PR_SET_IO_FLUSHER, and a
  * protective (negative) oom_score_adj, which goes back to the default; a
  * positive one someone chose stays.  System calls only, between fork
