@@ -51,6 +51,8 @@
  * after StartTransientUnit returns).
  */
 #define SCOPE_WAIT_MS 10000
+/* How long the threads of a process that has exited may take to go. */
+#define EXITING_WAIT_MS 2000
 
 static bool
 is_cgroup2 (const char *path)
@@ -402,6 +404,35 @@ place_self (const char *slice, const char *what, char *cg, size_t cglen,
   return placed;
 }
 
+/* Waits until nothing lives in cgroup cg any more.  Its processes were
+ * waited for, but a process counts as gone once its main thread is a
+ * zombie, and its other threads may still be on their way out (nbdkit's
+ * dozens): until they are, the cgroup is populated (rmdir says EBUSY),
+ * briefly.
+ */
+static void
+wait_empty (const char *cg)
+{
+  const char *root = cgroup2_root ();
+  char path[PATH_MAX + 32];
+
+  if (root == NULL)
+    return;
+  snprintf (path, sizeof path, "%s%s", root, cg);
+  for (unsigned t = 0; populated (path) && t < EXITING_WAIT_MS; t += 10)
+    msleep (10);
+}
+
+static void
+remove_cgroup (const char *cg)
+{
+  char path[PATH_MAX + 32];
+
+  wait_empty (cg);
+  snprintf (path, sizeof path, CGROUP_FS "%s", cg);
+  rmdir (path);
+}
+
 /* A cgroup pdio made itself (not a systemd unit's): SLICE/pdio-PID. */
 static bool
 made_by_pdio (const char *cg)
@@ -415,7 +446,7 @@ made_by_pdio (const char *cg)
 void
 placement_leave (const char *cg)
 {
-  char path[PATH_MAX + 32], parent[PATH_MAX], pid[16];
+  char parent[PATH_MAX], pid[16];
   int lock;
 
   if (cg == NULL || cg[0] == '\0')
@@ -429,8 +460,7 @@ placement_leave (const char *cg)
      */
     snprintf (pid, sizeof pid, "%d", (int) getpid ());
     write_str (CGROUP_FS "/cgroup.procs", pid);
-    snprintf (path, sizeof path, CGROUP_FS "%s", cg);
-    rmdir (path);
+    remove_cgroup (cg);
   }
   slice_update_min (parent, cg);
   unlock_cgroups (lock);
@@ -439,17 +469,17 @@ placement_leave (const char *cg)
 void
 placement_remove (const char *cg)
 {
-  char path[PATH_MAX + 32], parent[PATH_MAX];
+  char parent[PATH_MAX];
   int lock;
 
   if (cg == NULL || cg[0] == '\0')
     return;
   lock = lock_cgroups ();
   parent_of (cg, parent, sizeof parent);
-  if (made_by_pdio (cg)) {
-    snprintf (path, sizeof path, CGROUP_FS "%s", cg);
-    rmdir (path);
-  }
+  if (made_by_pdio (cg))
+    remove_cgroup (cg);
+  else
+    wait_empty (cg);            /* systemd removes its scope itself */
   slice_update_min (parent, NULL);
   unlock_cgroups (lock);
 }
