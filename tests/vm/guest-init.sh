@@ -923,7 +923,8 @@ fe_protect() {
         [ ! -d "/sys/fs/cgroup/pdio.slice/pdio-$sup" ] ||
             { echo "pdio.slice/pdio-$sup left after detach"; return 1; }
     done
-    smin=$(cat /sys/fs/cgroup/pdio.slice/memory.min)
+    # (fp_check sets smin too: the broken attach below would clobber it.)
+    left_min=$(cat /sys/fs/cgroup/pdio.slice/memory.min)
     # The same check must catch the test build without the protections.
     d=$(PDIO_TEST_BREAK=no-io-flusher,no-oom-adjust /pdio/broken/pdio attach "$FP_IMG")
     i=${d#/dev/nbd}
@@ -933,8 +934,8 @@ fe_protect() {
     pdio detach "$d"
     fe_no_state
     fe_no_server
-    detail "$seen Detached: cgroups removed, pdio.slice memory.min $smin. Test build with no-io-flusher,no-oom-adjust: caught: $caught ($broken)"
-    [ "$smin" = 0 ]
+    detail "$seen Detached: cgroups removed, pdio.slice memory.min $left_min. Test build with no-io-flusher,no-oom-adjust: caught: $caught ($broken)"
+    [ "$left_min" = 0 ]
     [ "$caught" = yes ]
 }
 
