@@ -56,7 +56,9 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) \
 	%reldir%/cli/server_cmd.c %reldir%/cli/device.c \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
 	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
-	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c
+	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c \
+	%reldir%/cli/proctask.c %reldir%/cli/systemd.c %reldir%/cli/placement.c \
+	%reldir%/cli/protect.c %reldir%/cli/pressure.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h
 
 # Where each part finds the headers of the parts below it.

@@ -50,6 +50,8 @@ struct attach_opts {
   const char *plugin;
   const char *image;
   bool nbdkit;                  /* nbdkit + pdio.so instead of pdio serve */
+  const char *slice;            /* the supervisor's and server's slice */
+  bool swap;                    /* memory locked and never given back */
 };
 
 /* What has been done so far, for undo(). */
@@ -62,6 +64,7 @@ struct attach {
   bool connected, recorded;
   struct record rec;
   struct nl_sock *ev;           /* the driver's events, for the supervisor */
+  struct protection prot;       /* what the supervisor-to-be set up */
 };
 
 static void
@@ -72,7 +75,8 @@ usage (FILE *fp)
 "Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
 "it to a /dev/nbdN the kernel picks, or makes past nbds_max (or --device);\n"
 "prints the device.  One attachment per image, whatever its path.  A\n"
-"supervisor stays behind and restarts the server if it dies.\n"
+"supervisor stays behind and restarts the server if it dies.  Both run\n"
+"with PR_SET_IO_FLUSHER and oom_score_adj -1000, in a cgroup of their own.\n"
 "\n"
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
 "  -C, --connections N    multi-conn connections, 1..%d (default %d, at most\n"
@@ -93,12 +97,19 @@ usage (FILE *fp)
 "  -d, --device DEV       attach /dev/nbdN (made if the driver has fewer;\n"
 "                         default: the kernel picks a free one, or makes\n"
 "                         one)\n"
+"      --slice NAME       the supervisor and server live in a cgroup of\n"
+"                         their own in this slice, with memory.min %d MiB\n"
+"                         (default %s; none: stay in the caller's cgroup)\n"
+"      --swap             for swap on the device: the server's and the\n"
+"                         supervisor's memory is locked and never given\n"
+"                         back (without it, swap on a pdio device is not\n"
+"                         supported)\n"
 "      --nbdkit           serve with nbdkit and pdio.so instead\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
 "                         or pdio)\n",
            MAX_CONNECTIONS, DEFAULT_CONNECTIONS, MIN_BLOCK_SIZE,
            MAX_BLOCK_SIZE, DEFAULT_MULTI_TIMEOUT, WATCHDOG_HUNG_MS / 1000,
-           DEFAULT_DEAD_TIMEOUT);
+           DEFAULT_DEAD_TIMEOUT, DEVICE_MEMORY_MIN >> 20, DEFAULT_SLICE);
 }
 
 static int
@@ -114,13 +125,16 @@ parse (int argc, char **argv, struct attach_opts *o)
     { "nbdkit", no_argument, NULL, 'N' },
     { "dead-timeout", required_argument, NULL, 'D' },
     { "autoclear", no_argument, NULL, 'A' },
+    { "slice", required_argument, NULL, 'S' },
+    { "swap", no_argument, NULL, 'W' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
   int c;
 
   *o = (struct attach_opts) { .timeout = TIMEOUT_UNSET,
-                              .dead_timeout = DEFAULT_DEAD_TIMEOUT };
+                              .dead_timeout = DEFAULT_DEAD_TIMEOUT,
+                              .slice = DEFAULT_SLICE };
   while ((c = getopt_long (argc, argv, "+rC:b:t:d:h", longopts, NULL)) != -1)
     switch (c) {
     case 'r': o->readonly = true; break;
@@ -164,6 +178,15 @@ parse (int argc, char **argv, struct attach_opts *o)
       }
       break;
     case 'A': o->autoclear = true; break;
+    case 'S':
+      if (!slice_name_valid (optarg)) {
+        errorf (CMD ": --slice %s: must be NAME.slice (letters, digits and "
+                "\"-_.:\", at most 64 characters) or none", optarg);
+        return EXIT_USAGE;
+      }
+      o->slice = optarg;
+      break;
+    case 'W': o->swap = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -546,6 +569,9 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
   state_path (a->rec.name, "pid", a->pidfile, sizeof a->pidfile);
   a->rec.readonly = o->readonly;
   a->rec.nbdkit = o->nbdkit;
+  a->rec.swap = o->swap;
+  snprintf (a->rec.slice, sizeof a->rec.slice, "%s", o->slice);
+  snprintf (a->rec.cgroup, sizeof a->rec.cgroup, "%s", a->prot.cgroup);
   snprintf (a->rec.plugin, sizeof a->rec.plugin, "%s", plugin_name (o->plugin));
   /* pdio's own server gets one worker thread per connection the kernel
    * will make: each worker has its own ring and pool, and more workers
@@ -621,10 +647,13 @@ attach_forked (const struct attach_opts *o, struct attach *a)
     prctl (PR_SET_CHILD_SUBREAPER, 1);
     if (!claim_image (o, a))
       _exit (EXIT_FAILED);
+    /* Before the server starts: it inherits all of it. */
+    protect_supervisor (o->slice, o->swap, a->image, &a->prot);
     r = attach_claimed (o, a);
     fflush (NULL);
     if (r != EXIT_OK) {
       claim_drop (a->claim, a->rec.name);     /* if undo() has not */
+      placement_leave (a->prot.cgroup);
       _exit (r);
     }
     {
@@ -634,7 +663,7 @@ attach_forked (const struct attach_opts *o, struct attach *a)
 #ifdef PDIO_TEST_BREAKS
       test_break_link ();
 #endif
-      supervise (&a->rec, &so, p[1], a->claim, false, a->ev);
+      supervise (&a->rec, &so, p[1], a->claim, false, a->ev, &a->prot);
     }
   }
   close (p[1]);

@@ -117,6 +117,8 @@ detach_claimed (const struct detach_opts *o, const struct record *r, int idx)
       return EXIT_FAILED;
     }
   }
+  /* Supervisor and server gone: so is the reason for their cgroup. */
+  placement_remove (r->cgroup);
   /* Whoever attaches the image next must not be refused by the lock of a
    * server that has just exited.
    */

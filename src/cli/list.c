@@ -11,7 +11,11 @@
  * has it in "reason" with "restarts" and the supervisor's pid.  A device
  * pdio connected but has no record of (an attach killed half way:
  * attachments.c) is listed too: "no record: attach was interrupted; pdio
- * detach /dev/nbdN".
+ * detach /dev/nbdN".  A live device whose processes lack their
+ * protections under memory pressure (protect.c) says so after "ok": "no
+ * IO_FLUSHER" (a thread of the server or the supervisor without it),
+ * "OOM-killable (oom_score_adj N)"; the JSON has them as "io_flusher",
+ * "oom_score_adj" and, where they live, "cgroup".
  */
 #include <config.h>
 
@@ -29,8 +33,16 @@
 
 struct row {
   const struct record *r;
-  char status[300];             /* a reason, and some */
+  char status[400];             /* a reason, and some */
   int64_t cached;               /* bytes, -1 unknown */
+  /* Of the live processes, from /proc: every thread of the server and
+   * of the supervisor has PR_SET_IO_FLUSHER's flags (1), one lacks them
+   * (0), no live server (-1); the server's oom_score_adj and cgroup.
+   */
+  int io_flusher;
+  bool have_oom, have_cgroup;
+  int oom;
+  char cgroup[PATH_MAX];
 };
 
 static void
@@ -47,7 +59,9 @@ usage (FILE *fp)
 "  -J, --json             as JSON, with the front end (pdio or nbdkit), the\n"
 "                         backend identifier, the supervisor's pid, and the\n"
 "                         memory of the server and of the supervisor (RSS\n"
-"                         and PSS in bytes, from /proc/PID/smaps_rollup)\n"
+"                         and PSS in bytes, from /proc/PID/smaps_rollup);\n"
+"                         whether all their threads have PR_SET_IO_FLUSHER,\n"
+"                         the server's oom_score_adj and cgroup\n"
 "  -n, --noheadings       no header line\n");
 }
 
@@ -67,6 +81,35 @@ status_of (const struct record *r, char *buf, size_t len)
     snprintf (buf, len, "disconnected");
   else
     snprintf (buf, len, "%s", supervised ? "ok" : "ok, unsupervised");
+}
+
+/* What /proc says of the protections of r's live processes. */
+static void
+protection_of (const struct record *r, struct row *row)
+{
+  pid_t server = pid_is_server (r->server_pid) ? r->server_pid : 0;
+  pid_t supervisor = pid_is_supervisor (r->supervisor_pid)
+                     ? r->supervisor_pid : 0;
+  size_t n;
+
+  row->io_flusher = -1;
+  if (server == 0)
+    return;
+  row->io_flusher = proc_io_flusher (server);
+  if (row->io_flusher == 1 && supervisor)
+    row->io_flusher = proc_io_flusher (supervisor) == 1;
+  row->have_oom = proc_oom_score_adj (server, &row->oom);
+  row->have_cgroup = proc_cgroup (server, row->cgroup, sizeof row->cgroup);
+  /* Said only where all is well otherwise. */
+  if (strncmp (row->status, "ok", 2) != 0)
+    return;
+  n = strlen (row->status);
+  if (row->io_flusher == 0)
+    n += snprintf (row->status + n, sizeof row->status - n,
+                   ", no IO_FLUSHER");
+  if (row->have_oom && row->oom > -1000 && n < sizeof row->status)
+    snprintf (row->status + n, sizeof row->status - n,
+              ", OOM-killable (oom_score_adj %d)", row->oom);
 }
 
 static void
@@ -156,6 +199,18 @@ print_json (const struct row *rows, size_t n)
       json_string (stdout, r->backend);
     else
       printf ("null");
+    printf (",\n         \"io_flusher\": %s,\n         \"oom_score_adj\": ",
+            rows[i].io_flusher < 0 ? "null"
+            : rows[i].io_flusher ? "true" : "false");
+    if (rows[i].have_oom)
+      printf ("%d", rows[i].oom);
+    else
+      printf ("null");
+    printf (",\n         \"cgroup\": ");
+    if (rows[i].have_cgroup)
+      json_string (stdout, rows[i].cgroup);
+    else
+      printf ("null");
     printf (",\n         \"socket\": ");
     json_string (stdout, r->socket);
     printf (",\n         \"status\": ");
@@ -210,6 +265,7 @@ cmd_list (int argc, char **argv)
   for (size_t i = 0; i < n; i++) {
     rows[i].r = &recs[i];
     status_of (&recs[i], rows[i].status, sizeof rows[i].status);
+    protection_of (&recs[i], &rows[i]);
     rows[i].cached = image_cached_bytes (recs[i].image);
   }
   if (json)

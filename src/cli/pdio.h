@@ -79,6 +79,13 @@ enum {
 /* The kernel nbd driver takes block sizes from 512 to the page size. */
 #define MIN_BLOCK_SIZE 512
 #define MAX_BLOCK_SIZE 4096
+/* What a device's cgroup is guaranteed (memory.min; placement.c): what an
+ * idle device holds, its server's reserve included -- the bound the
+ * per-device memory test asserts for server and supervisor together.
+ */
+#define DEVICE_MEMORY_MIN (4 << 20)
+/* The slice attach puts a device's cgroup in (--slice). */
+#define DEFAULT_SLICE "pdio.slice"
 /* The image's identity as the kernel is told it (NBD_ATTR_BACKEND_IDENTIFIER,
  * shown in /sys/block/nbdN/backend), with its terminating NUL.  The kernel
  * sets no limit, but sysfs shows at most a page, and it is meant to be
@@ -122,18 +129,28 @@ extern void msleep (unsigned ms);
 extern bool find_program (const char *env, const char *name, char *buf,
                           size_t len);
 /* Runs argv and waits: its exit status, 128+signal, or -1 if it could not
- * run.  out_fd >= 0 replaces its stdout and stderr (-1: inherited).
+ * run.  out_fd >= 0 replaces its stdout and stderr (-1: inherited).  The
+ * program runs without pdio's protections (protect.c): no
+ * PR_SET_IO_FLUSHER, no negative oom_score_adj.
  */
 extern int run_wait (char *const argv[], int out_fd);
 /* The same, its output kept and shown on stderr only if it fails. */
 extern int run_quiet (char *const argv[]);
 /* Starts argv in the background, in a session of its own, stdin from
  * /dev/null and stdout and stderr to log (or inherited if NULL): the
- * server of an attachment, which outlives pdio.  Its pid or -1.
+ * server of an attachment, which outlives pdio, and keeps its
+ * protections.  Its pid or -1.
  */
 extern pid_t run_background (char *const argv[], const char *log);
-/* Like run_background, but stays in pdio's session (serve --nbdkit). */
+/* Like run_background, but stays in pdio's session (serve --nbdkit's
+ * server).
+ */
 extern pid_t run_child (char *const argv[]);
+/* In a forked child that is no server, before it runs another program or
+ * anything that allocates freely: no PR_SET_IO_FLUSHER, and a protective
+ * oom_score_adj back to 0.  System calls only.
+ */
+extern void unprotect_child (void);
 extern bool pid_alive (pid_t pid);
 /* Waits up to ms for pid (not our child) to be gone. */
 extern bool wait_gone (pid_t pid, unsigned ms);
@@ -149,6 +166,108 @@ extern bool proc_comm (pid_t pid, char *comm, size_t len);
  * be read (gone, or not ours to look at).
  */
 extern bool proc_memory (pid_t pid, uint64_t *rss, uint64_t *pss);
+
+/* --- proctask.c: a process's threads ------------------------------------ */
+/* Calls fn for each thread of pid with its state (R, S, D, T...) and its
+ * kernel flags (PF_*), until fn returns false.  The number of threads
+ * seen, or -1 if pid's threads cannot be read (gone).
+ */
+extern int proc_each_task (pid_t pid,
+                           bool (*fn) (pid_t tid, char state, unsigned flags,
+                                       void *arg),
+                           void *arg);
+
+/* --- systemd.c: systemd's manager, over its private socket -------------- */
+/* systemd is the init system (sd_booted). */
+extern bool systemd_runs (void);
+/* StartTransientUnit: a slice with DefaultDependencies=no; a scope of
+ * pid in slice, with MemoryMin and DefaultDependencies=no.
+ * SetUnitProperties (runtime): a unit's MemoryMin.  false with systemd's
+ * answer in why.
+ */
+extern bool systemd_make_slice (const char *slice, const char *description,
+                                char *why, size_t len);
+extern bool systemd_make_scope (const char *scope, const char *slice,
+                                const char *description, pid_t pid,
+                                uint64_t memory_min, char *why, size_t len);
+extern bool systemd_set_memory_min (const char *unit, uint64_t bytes,
+                                    char *why, size_t len);
+
+/* --- placement.c: the cgroup of a device's processes --------------------- */
+/* Where cgroup v2 is mounted (/sys/fs/cgroup, or its unified directory
+ * beside v1 controllers), or NULL.
+ */
+extern const char *cgroup2_root (void);
+/* pid's cgroup v2 path ("/pdio.slice/pdio-42.scope"); false if none. */
+extern bool proc_cgroup (pid_t pid, char *buf, size_t len);
+/* NAME.slice (letters, digits, "-_.:"), or "none". */
+extern bool slice_name_valid (const char *name);
+/* Moves this process into a cgroup of its own in slice, with memory.min
+ * DEVICE_MEMORY_MIN: a systemd scope pdio-PID.scope, or without systemd
+ * the cgroup v2 directory SLICE/pdio-PID.  Its path in cg.  false, with
+ * why, if it stays where it is (slice "none", not root, no cgroup v2 with
+ * the memory controller, systemd refused).  what describes it (the
+ * image).
+ */
+extern bool place_self (const char *slice, const char *what, char *cg,
+                        size_t cglen, char *why, size_t len);
+/* This process, the last in cgroup cg, is on its way out: a cgroup pdio
+ * made is removed; the slice's memory.min no longer counts it.
+ */
+extern void placement_leave (const char *cg);
+/* The processes of cgroup cg are gone (pdio detach stopped them): the
+ * same, from outside.
+ */
+extern void placement_remove (const char *cg);
+
+/* --- protect.c: the I/O path under memory pressure ----------------------- */
+/* PR_SET_IO_FLUSHER on the calling thread (and so on the threads it
+ * creates and its children, across exec).  false with why set.
+ */
+extern bool set_io_flusher (char *why, size_t len);
+/* oom_score_adj -1000 for this process (inherited by its children). */
+extern bool set_oom_protected (char *why, size_t len);
+/* mlockall(MCL_CURRENT | MCL_FUTURE). */
+extern bool lock_memory (char *why, size_t len);
+/* 1 if every thread of pid has PF_MEMALLOC_NOIO and PF_LOCAL_THROTTLE
+ * (what PR_SET_IO_FLUSHER sets), 0 if one lacks them, -1 if they cannot
+ * be read.
+ */
+extern int proc_io_flusher (pid_t pid);
+extern bool proc_oom_score_adj (pid_t pid, int *adj);
+
+/* What a supervisor did to protect itself before it started a server:
+ * why each protection was refused ("" if it was not), and its cgroup.
+ */
+struct protection {
+  char io_flusher[192];
+  char oom[192];
+  char lock[192];               /* --swap: mlockall */
+  char cgroup[PATH_MAX];        /* where it lives now */
+  char placed[256];             /* why it stayed where it was, or "" */
+};
+/* A device's supervisor, at its start: PR_SET_IO_FLUSHER, oom_score_adj
+ * -1000, with swap mlockall, then its own cgroup in slice (place_self).
+ */
+extern void protect_supervisor (const char *slice, bool swap,
+                                const char *image, struct protection *p);
+
+/* --- pressure.c: is a silent server stalled? ----------------------------- */
+/* PSI's "some" line for memory: the share of about the last 10 s in which
+ * a task waited for memory (percent), and that time in all (µs).
+ */
+struct psi_some {
+  bool have;                    /* read; the rest is 0 if not */
+  double avg10;
+  uint64_t total_us;
+};
+struct stall_reading {
+  pid_t d_tid;                  /* a thread of the server in D state, or 0 */
+  struct psi_some system;       /* /proc/pressure/memory */
+  struct psi_some cgroup;       /* the server's cgroup's memory.pressure */
+};
+/* What /proc says now of server, for watchdog_stalled. */
+extern void stall_read (pid_t server, struct stall_reading *r);
 
 /* --- json.c: JSON output -------------------------------------------------- */
 /* s as a JSON string, quotes included: escapes what JSON needs, controls
@@ -231,6 +350,13 @@ struct record {
   bool nbdkit;                  /* nbdkit + plugin, else pdio serve */
   char plugin[PATH_MAX];        /* with nbdkit: the plugin */
   unsigned threads;             /* pdio serve: worker threads */
+  bool swap;                    /* --swap: memory locked, never given back */
+  /* Where the supervisor and the server live (placement.c): the slice
+   * asked for ("none": the caller's cgroup; "" in records of an older
+   * pdio), and the cgroup the supervisor moved into ("" if it stayed).
+   */
+  char slice[72];
+  char cgroup[PATH_MAX];
   /* Not read from the run directory: an orphan (attachments.c). */
   bool orphan;
 };
@@ -446,6 +572,7 @@ struct server_opts {
                                    successor (RUNDIR/NAME.handover), or "" */
   bool take_over;               /* native: start as the successor of the
                                    server listening on handover */
+  bool swap;                    /* --swap: lock its memory, keep it */
 };
 /* The server's command line, and the strings it points into. */
 struct server_cmd {
@@ -575,9 +702,16 @@ struct native_serve {
   const char *take_over;        /* take over from the server listening
                                    for a successor there (its listening
                                    sockets and connections), or NULL */
+  bool oom_protect;             /* oom_score_adj -1000 */
+  bool swap;                    /* mlockall, and no pool memory given back */
 };
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);
+/* A server, before it creates any thread: PR_SET_IO_FLUSHER, and with
+ * oom_protect oom_score_adj -1000; a refusal said once on stderr (its
+ * log).
+ */
+extern void serve_protect (bool oom_protect);
 
 /* --- watchdog.c: does a live server still answer? ------------------------ */
 /* A probe (one block read at offset 0 on the supervisor's own connection)
@@ -589,6 +723,23 @@ extern int serve_native (const struct native_serve *o);
  */
 #define WATCHDOG_PROBE_MS 1000
 #define WATCHDOG_HUNG_MS 10000
+/* Unless it is stalled rather than hung (watchdog_stalled): a thread of
+ * it waits in the kernel (D state), or tasks wait for memory at least
+ * WATCHDOG_PRESSURE_PCT percent of the time, system-wide or in its cgroup
+ * (PSI's "some": avg10, or the total's growth since the last look).
+ * Killing such a server frees nothing (SIGKILL does not end a D-state
+ * wait) and its successor would have to allocate, fork and exec under the
+ * same pressure.  It gets WATCHDOG_EXTEND_MS more at a time, up to
+ * WATCHDOG_STALL_MAX_MS in all: the kernel's own hung-task report
+ * (hung_task_timeout_secs) comes at 120 s, and a stall that long is no
+ * longer one the system gets out of by itself.  A stopped server (state
+ * T) or one spinning in user space, with no memory pressure, is replaced
+ * at WATCHDOG_HUNG_MS as before.  10 %: an idle system's avg10 is 0.00; a
+ * writer reclaiming from a full cgroup shows tens of percent.
+ */
+#define WATCHDOG_EXTEND_MS 10000
+#define WATCHDOG_STALL_MAX_MS 120000
+#define WATCHDOG_PRESSURE_PCT 10.0
 struct watchdog {
   int fd;                       /* the probe connection, or -1 */
   uint32_t len;                 /* bytes a probe reads */
@@ -597,6 +748,9 @@ struct watchdog {
   size_t got;                   /* bytes of its reply read */
   long due;                     /* when the next probe goes out (ms) */
   long owed_since;              /* since when an answer is owed, or -1 */
+  long deadline;                /* owed this long (ms), it is judged */
+  long looked;                  /* the last stall reading's time, or -1 */
+  struct psi_some system, cgroup;       /* what it read */
   uint8_t reply[16 + MAX_BLOCK_SIZE];   /* simple reply + one block */
 };
 enum watchdog_verdict { WATCHDOG_OK, WATCHDOG_HUNG };
@@ -612,10 +766,21 @@ extern void watchdog_attach (struct watchdog *w, int fd, uint32_t len,
  */
 extern void watchdog_unreachable (struct watchdog *w, long asked);
 /* Reads any answer, sends a probe when one is due and the device is busy
- * (has requests in flight), and judges.
+ * (has requests in flight), and judges: WATCHDOG_HUNG once an answer has
+ * been owed past the deadline (WATCHDOG_HUNG_MS, or later once
+ * watchdog_stalled moved it).
  */
 extern enum watchdog_verdict watchdog_run (struct watchdog *w, long now,
                                            bool busy);
+/* watchdog_run said hung: is the server stalled instead, going by r (what
+ * /proc said at now: stall_read)?  true: the deadline moved
+ * WATCHDOG_EXTEND_MS on, and why says what was seen ("thread 42 in D
+ * state, system memory some avg10=23.50"); false: it is hung (nothing
+ * seen, or WATCHDOG_STALL_MAX_MS reached).  Pure: no clock, no /proc.
+ */
+extern bool watchdog_stalled (struct watchdog *w, long now,
+                              const struct stall_reading *r, char *why,
+                              size_t len);
 /* How long the caller may sleep before watchdog_run has work. */
 extern long watchdog_wait_ms (const struct watchdog *w, long now);
 /* How long an answer has been owed (0: none is). */
@@ -635,11 +800,13 @@ extern void watchdog_forget (struct watchdog *w);
  * itself, claims the image and first replaces the server with a child of
  * its own.  ev: the driver's events (nbdnl_events_open), opened by attach
  * before it connected the device so that a connection dying in between
- * is not missed; NULL to open them here.
+ * is not missed; NULL to open them here.  p: how the caller protected
+ * itself (protect_supervisor) before it started any server, for the log;
+ * the cgroup it moved into is recorded.
  */
 extern void supervise (const struct record *r, const struct server_opts *so,
                        int notify_fd, int claim, bool adopt,
-                       struct nl_sock *ev)
+                       struct nl_sock *ev, const struct protection *p)
   __attribute__ ((noreturn));
 /* The process is a supervisor (comm "pdio-supervise"): the pid in a
  * record was not reused.

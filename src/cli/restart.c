@@ -103,12 +103,18 @@ start_supervisor (const char *cmd, struct record *r)
   if (pid == 0) {
     const struct server_opts so = record_server_opts (r, self, nbdkit,
                                                       pidfile);
+    struct protection prot;
 
     close (p[0]);
     close (lock);
     setsid ();
     prctl (PR_SET_CHILD_SUBREAPER, 1);
-    supervise (r, &so, p[1], -1, true, NULL);
+    /* As attach's supervisor, before it replaces the server.  A record of
+     * an older pdio names no slice: the default.
+     */
+    protect_supervisor (r->slice[0] ? r->slice : DEFAULT_SLICE, r->swap,
+                        r->image, &prot);
+    supervise (r, &so, p[1], -1, true, NULL, &prot);
   }
   close (p[1]);
   if (read (p[0], &c, 1) != 1) {

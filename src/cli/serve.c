@@ -42,6 +42,9 @@ struct serve_opts {
   const char *authz[64];
   const char *handover;         /* native server: --handover-socket */
   const char *take_over;        /* native server: --take-over */
+  bool oom_protect;             /* oom_score_adj -1000 */
+  bool swap;                    /* memory locked and kept; implies
+                                   oom_protect */
 };
 
 static void
@@ -86,6 +89,11 @@ usage (FILE *fp)
 "                         listening sockets and its live connections, which\n"
 "                         never see a close; then listen there in turn.\n"
 "                         --socket or --port names what it listened on\n"
+"      --oom-protect      oom_score_adj -1000: the OOM killer never picks\n"
+"                         the server (pdio attach's servers have it)\n"
+"      --swap             for swap on a device it serves: all of the\n"
+"                         server's memory is locked (mlockall) and never\n"
+"                         given back; implies --oom-protect\n"
 "      --nbdkit           serve with nbdkit and pdio.so instead (its\n"
 "                         filters)\n"
 "      --plugin PLUGIN    with --nbdkit: the plugin (default $PDIO_PLUGIN\n"
@@ -183,6 +191,8 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "tls-authz", required_argument, NULL, 'Z' },
     { "handover-socket", required_argument, NULL, 'H' },
     { "take-over", required_argument, NULL, 'O' },
+    { "oom-protect", no_argument, NULL, 'o' },
+    { "swap", no_argument, NULL, 'w' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -275,6 +285,8 @@ parse (int argc, char **argv, struct serve_opts *o)
       break;
     case 'H': o->handover = optarg; break;
     case 'O': o->take_over = optarg; break;
+    case 'o': o->oom_protect = true; break;
+    case 'w': o->swap = o->oom_protect = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -435,7 +447,8 @@ cmd_serve (int argc, char **argv)
         .socket_gid = gid, .max_connections = o.max_connections,
         .handshake_secs = o.handshake_secs, .tls = o.tlsc,
         .handover = o.take_over ? o.take_over : o.handover,
-        .take_over = o.take_over,
+        .take_over = o.take_over, .oom_protect = o.oom_protect,
+        .swap = o.swap,
       });
   if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "
@@ -456,11 +469,14 @@ cmd_serve (int argc, char **argv)
   sigaddset (&sigs, SIGCHLD);
   sigprocmask (SIG_BLOCK, &sigs, NULL);
 
+  /* nbdkit inherits both; it locks its memory itself (its --swap). */
+  serve_protect (o.oom_protect);
   server_argv (&(struct server_opts) {
       .nbdkit = nbdkit, .plugin = plugin_name (o.plugin), .image = image,
       .socket = o.socket, .port = o.port, .readonly = o.readonly,
       .align = o.align, .backend = o.backend,
       .bind = o.port ? (o.bind ? o.bind : "127.0.0.1") : NULL,
+      .swap = o.swap,
     }, &cmd);
   pid = run_child ((char **) cmd.argv);
   if (pid == -1)

@@ -18,6 +18,12 @@
  * its exit status says whether serving works; the daemon it forks writes
  * the pid file once its workers run, and only then does the first
  * process exit 0.
+ *
+ * Whoever runs it, a server is in the I/O path of the devices attached to
+ * it: PR_SET_IO_FLUSHER is set before any thread starts (protect.c).
+ * --oom-protect (which pdio attach's servers inherit from the supervisor
+ * instead) and --swap (mlockall, and no idle memory given back) are
+ * asked for.
  */
 #include <config.h>
 
@@ -156,6 +162,18 @@ hand_over (struct handover *ho, const struct pdio_log *log)
   return ok;
 }
 
+void
+serve_protect (bool oom_protect)
+{
+  char why[192];
+
+  if (!set_io_flusher (why, sizeof why))
+    warnf (CMD ": warning: %s: serving without it; attached on this "
+           "machine, its device could stall under memory pressure", why);
+  if (oom_protect && !set_oom_protected (why, sizeof why))
+    warnf (CMD ": warning: --oom-protect: %s: going on", why);
+}
+
 int
 serve_native (const struct native_serve *o)
 {
@@ -178,6 +196,10 @@ serve_native (const struct native_serve *o)
   sigset_t sigs;
   int fd = -1, hfd = -1, r;
 
+  /* A server is in the I/O path of whoever attaches it: the flag is set
+   * before any thread starts, so that every thread has it.
+   */
+  serve_protect (o->oom_protect);
   /* Blocked before any thread starts, so every thread inherits it and
    * the signals queue for the server's signalfd.
    */
@@ -240,6 +262,21 @@ serve_native (const struct native_serve *o)
   }
   if (o->pidfile)
     daemonize (&a.ready_fd);
+  /* After the fork (locks are not inherited), before the workers: their
+   * stacks and pools are locked as they are made.
+   */
+  if (o->swap) {
+    char why[192];
+
+    if (!lock_memory (why, sizeof why)) {
+      errorf (CMD ": error: --swap: %s", why);
+      pdio_close (img);
+      pdio_tls_free (tls);
+      if (fd >= 0)
+        close (fd);
+      return EXIT_FAILED;
+    }
+  }
 
   snprintf (base, sizeof base, "%s", o->image);
   snprintf (description, sizeof description, "pdio: %s", basename (base));
@@ -249,6 +286,7 @@ serve_native (const struct native_serve *o)
       .handshake_secs = o->handshake_secs, .tls = tls,
       .handover_fd = hfd, .take_over = o->take_over,
       .listen_path = o->socket, .taken = &taken,
+      .keep_memory = o->swap,
     }, fd, &sigs, ready, &a, &handed);
   handover_free (&taken);
   /* The paths stay for the successor, even one whose hand-over failed

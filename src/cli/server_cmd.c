@@ -37,6 +37,8 @@ native_argv (const struct server_opts *o, struct server_cmd *c)
     argv[i++] = "--threads";
     argv[i++] = c->threads_arg;
   }
+  if (o->swap)
+    argv[i++] = "--swap";
   argv[i++] = "--";
   argv[i++] = o->image;
   argv[i] = NULL;
@@ -82,6 +84,9 @@ server_argv (const struct server_opts *o, struct server_cmd *c)
   argv[i++] = STR (NBDKIT_THREADS);
   if (o->readonly)
     argv[i++] = "-r";
+  /* nbdkit's own: mlockall. */
+  if (o->swap)
+    argv[i++] = "--swap";
   argv[i++] = o->plugin;
   snprintf (c->file_arg, sizeof c->file_arg, "file=%s", o->image);
   argv[i++] = c->file_arg;
@@ -109,6 +114,7 @@ record_server_opts (const struct record *r, const char *pdio,
     .nbdkit = nbdkit, .plugin = r->plugin, .image = r->image,
     .socket = r->socket, .pidfile = pidfile, .readonly = r->readonly,
     .native = !r->nbdkit, .pdio = pdio, .threads = r->threads,
+    .swap = r->swap,
   };
 
   /* nbdkit cannot hand its connections over: restarts replace it. */

@@ -10,10 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "pdio.h"
+
+#ifndef PR_SET_IO_FLUSHER
+#define PR_SET_IO_FLUSHER 57
+#endif
 
 bool
 find_program (const char *env, const char *name, char *buf, size_t len)
@@ -41,14 +46,53 @@ find_program (const char *env, const char *name, char *buf, size_t len)
   return false;
 }
 
+/* A program pdio runs that is not a server (mount, umount, udevadm,
+ * modprobe; systemd.c's call) is no part of the I/O path: it must be free
+ * to allocate, and to be killed, like any other (iscsid clears the flag
+ * in such children too, after its NOIO allocations lost devices).  So it
+ * drops what the supervisor holds (protect.c): PR_SET_IO_FLUSHER, and a
+ * protective (negative) oom_score_adj, which goes back to the default; a
+ * positive one someone chose stays.  System calls only, between fork
+ * and exec.
+ */
+void
+unprotect_child (void)
+{
+  char buf[16];
+  ssize_t n;
+  int fd;
+
+  if (test_break ("child-keeps-protection"))
+    return;
+  /* Whether it was set or not: EINVAL before Linux 5.6, nothing set. */
+  prctl (PR_SET_IO_FLUSHER, 0, 0, 0, 0);
+  fd = open ("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC);
+  if (fd == -1)
+    return;
+  n = read (fd, buf, sizeof buf - 1);
+  if (n > 0) {
+    buf[n] = '\0';
+    /* Should the write fail, the program runs protected: nothing better
+     * can be done here.
+     */
+    if (atoi (buf) < 0 && lseek (fd, 0, SEEK_SET) == 0)
+      n = write (fd, "0\n", 2);
+  }
+  close (fd);
+}
+
 /* In the child: a clean signal state (attach blocks signals while it
- * works; a blocked mask survives exec), then the redirections.
+ * works; a blocked mask survives exec), then the redirections.  A server
+ * keeps the protections; any other program drops them.
  */
 static void
-child_setup (bool own_session, int out_fd, const char *log)
+child_setup (bool server, bool own_session, int out_fd, const char *log)
 {
   sigset_t none;
   int fd;
+
+  if (!server)
+    unprotect_child ();
 
   sigemptyset (&none);
   sigprocmask (SIG_SETMASK, &none, NULL);
@@ -73,14 +117,15 @@ child_setup (bool own_session, int out_fd, const char *log)
 }
 
 static pid_t
-start (char *const argv[], bool own_session, int out_fd, const char *log)
+start (char *const argv[], bool server, bool own_session, int out_fd,
+       const char *log)
 {
   pid_t pid;
 
   fflush (NULL);
   pid = fork ();
   if (pid == 0) {
-    child_setup (own_session, out_fd, log);
+    child_setup (server, own_session, out_fd, log);
     execv (argv[0], argv);
     fprintf (stderr, "pdio: %s: %m\n", argv[0]);
     _exit (127);
@@ -93,7 +138,7 @@ start (char *const argv[], bool own_session, int out_fd, const char *log)
 int
 run_wait (char *const argv[], int out_fd)
 {
-  pid_t pid = start (argv, false, out_fd, NULL);
+  pid_t pid = start (argv, false, false, out_fd, NULL);
   int status;
 
   if (pid == -1)
@@ -109,13 +154,13 @@ run_wait (char *const argv[], int out_fd)
 pid_t
 run_background (char *const argv[], const char *log)
 {
-  return start (argv, true, -1, log);
+  return start (argv, true, true, -1, log);
 }
 
 pid_t
 run_child (char *const argv[])
 {
-  return start (argv, false, -1, NULL);
+  return start (argv, true, false, -1, NULL);
 }
 
 bool

@@ -98,6 +98,8 @@ record_write (const struct record *r)
            r->nbdkit ? "nbdkit" : "native", r->plugin, r->threads);
   fprintf (fp, "name=%s\nbackend=%s\non_demand=%d\n", r->name, r->backend,
            r->on_demand);
+  fprintf (fp, "swap=%d\nslice=%s\ncgroup=%s\n", r->swap, r->slice,
+           r->cgroup);
   if (fclose (fp) == EOF || rename (tmp, path) == -1) {
     unlink (tmp);
     return -1;
@@ -152,6 +154,12 @@ set_field (struct record *r, const char *key, const char *value)
     snprintf (r->backend, sizeof r->backend, "%s", value);
   else if (strcmp (key, "on_demand") == 0)
     r->on_demand = atoi (value) != 0;
+  else if (strcmp (key, "swap") == 0)
+    r->swap = atoi (value) != 0;
+  else if (strcmp (key, "slice") == 0)
+    snprintf (r->slice, sizeof r->slice, "%s", value);
+  else if (strcmp (key, "cgroup") == 0)
+    snprintf (r->cgroup, sizeof r->cgroup, "%s", value);
 }
 
 static int

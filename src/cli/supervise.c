@@ -75,6 +75,7 @@ struct sup {
   struct watchdog wd;
   long hung_ms;                 /* the server was killed as hung after
                                    owing an answer this long, or 0 */
+  bool stalled;                 /* after it was given longer, stalled */
   char requested_how[PATH_MAX + 256]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
@@ -339,7 +340,8 @@ server_died (struct sup *s, int status)
   if (s->restart_requested)
     set_reason (s, "pdio restart%s", s->requested_how);
   else if (s->hung_ms)
-    set_reason (s, "server hung: no answer for %ld s", s->hung_ms / 1000);
+    set_reason (s, "server hung: no answer for %ld s%s", s->hung_ms / 1000,
+                s->stalled ? " (stalled, past the bound)" : "");
   else if (log_has (s->log, "raw_send_socket: Assertion"))
     /* Debian 12's nbdkit 1.32.5, when a client hangs up with replies
      * queued (fixed upstream in 1.33.10).
@@ -349,6 +351,7 @@ server_died (struct sup *s, int status)
     set_reason (s, "server %s", how);
   s->restart_requested = false;
   s->hung_ms = 0;
+  s->stalled = false;
   s->rec.server_pid = 0;
   save (s);
   if (test_break ("no-restart"))
@@ -393,18 +396,49 @@ link_dead (struct sup *s)
   kill (s->rec.server_pid, SIGKILL);
 }
 
-/* The server has owed the watchdog an answer for WATCHDOG_HUNG_MS: kill
- * it (SIGKILL works on a stopped process too); server_died restarts it
- * and records why.
+/* The server has owed the watchdog an answer past its deadline, and is
+ * not stalled (or has been for too long): kill it (SIGKILL works on a
+ * stopped process too); server_died restarts it and records why.
  */
 static void
-server_hung (struct sup *s)
+server_hung (struct sup *s, const char *stall)
 {
   s->hung_ms = watchdog_owed_ms (&s->wd, now_ms ());
-  say ("server pid %d has not answered for %ld ms: killing it to restart "
-       "it", (int) s->rec.server_pid, s->hung_ms);
+  s->stalled = s->wd.deadline > WATCHDOG_HUNG_MS;
+  if (s->stalled)
+    say ("server pid %d has not answered for %ld ms, stalled past the %d s "
+         "bound (%s): killing it to restart it", (int) s->rec.server_pid,
+         s->hung_ms, WATCHDOG_STALL_MAX_MS / 1000,
+         stall[0] ? stall : "no longer");
+  else
+    say ("server pid %d has not answered for %ld ms: killing it to restart "
+         "it", (int) s->rec.server_pid, s->hung_ms);
   watchdog_forget (&s->wd);
   kill (s->rec.server_pid, SIGKILL);
+}
+
+/* The deadline passed: hung, or stalled in the kernel or under memory
+ * pressure (watchdog_stalled), which earns it more time, said each time.
+ */
+static void
+deadline_passed (struct sup *s)
+{
+  struct stall_reading r;
+  char why[256] = "";
+  long now;
+
+  if (!test_break ("watchdog-ignores-stall")) {
+    stall_read (s->rec.server_pid, &r);
+    now = now_ms ();
+    if (watchdog_stalled (&s->wd, now, &r, why, sizeof why)) {
+      say ("server pid %d stalled (%s): waiting longer (no answer for %ld "
+           "s; replaced at %d s)", (int) s->rec.server_pid, why,
+           watchdog_owed_ms (&s->wd, now) / 1000,
+           WATCHDOG_STALL_MAX_MS / 1000);
+      return;
+    }
+  }
+  server_hung (s, why);
 }
 
 /* The watchdog's turn: a connection of its own when it has none and a
@@ -438,7 +472,7 @@ watch (struct sup *s)
   }
   if (watchdog_run (&s->wd, now_ms (), nbd_in_flight (s->idx)) ==
       WATCHDOG_HUNG)
-    server_hung (s);
+    deadline_passed (s);
 }
 
 /* The device is gone (autoclear, or disconnected by other means): so is
@@ -461,6 +495,7 @@ device_gone (struct sup *s, unsigned lock_ms)
     server_stop (s->rec.server_pid);
     waitpid (s->rec.server_pid, NULL, WNOHANG);
   }
+  placement_leave (s->rec.cgroup);
   image_lock_free (s->rec.image, 2000);
   lock = state_lock_within (lock_ms);
   if (lock >= 0 && !nbd_connected (s->idx))
@@ -589,7 +624,7 @@ requested (struct sup *s)
  * brought back.
  */
 static void
-take_over (struct sup *s)
+take_over (struct sup *s, const char *old_cgroup)
 {
   pid_t old = s->rec.server_pid;
   char why[128];
@@ -605,6 +640,11 @@ take_over (struct sup *s)
       return;
     }
   }
+  /* The old supervisor's cgroup, now empty; ours is where the new
+   * server starts.
+   */
+  if (strcmp (old_cgroup, s->rec.cgroup) != 0)
+    placement_remove (old_cgroup);
   s->rec.restarts++;
   set_reason (s, "pdio restart (its supervisor was gone)");
   s->rec.server_pid = 0;
@@ -633,17 +673,45 @@ detach_stdio (const struct record *r)
   }
 }
 
+/* Once in the log: what the supervisor's protections are, and which
+ * were refused.  Its server inherits them (pdio serve sets the flag again
+ * itself, and says so in its own log if it cannot).
+ */
+static void
+log_protection (const struct sup *s, const struct protection *p)
+{
+  if (p->io_flusher[0])
+    say ("warning: %s: going on without it; under memory pressure the "
+         "server's allocations may wait on writeback to %s itself",
+         p->io_flusher, s->rec.device);
+  if (p->oom[0])
+    say ("warning: %s: going on; the OOM killer may pick the server",
+         p->oom);
+  if (p->lock[0])
+    say ("warning: --swap: %s: going on; the supervisor may be swapped out",
+         p->lock);
+  say ("memory: PR_SET_IO_FLUSHER %s, oom_score_adj %s%s; %s%s%s",
+       p->io_flusher[0] ? "not set" : "set", p->oom[0] ? "unchanged" : "-1000",
+       s->rec.swap ? (p->lock[0] ? ", memory not locked"
+                                 : ", memory locked (--swap)") : "",
+       p->cgroup[0] ? "in cgroup " : "stays in its cgroup (",
+       p->cgroup[0] ? p->cgroup : p->placed, p->cgroup[0] ? "" : ")");
+}
+
 void
 supervise (const struct record *r, const struct server_opts *so,
-           int notify_fd, int claim, bool adopt, struct nl_sock *ev)
+           int notify_fd, int claim, bool adopt, struct nl_sock *ev,
+           const struct protection *prot)
 {
   static struct sup s;
   struct signalfd_siginfo si;
-  char why[256];
+  char why[256], old_cgroup[PATH_MAX];
   sigset_t set;
   int sfd;
 
   s.rec = *r;
+  snprintf (old_cgroup, sizeof old_cgroup, "%s", r->cgroup);
+  snprintf (s.rec.cgroup, sizeof s.rec.cgroup, "%s", prot->cgroup);
   s.idx = nbd_index (r->device);
   watchdog_init (&s.wd);
   s.claim = claim;
@@ -684,8 +752,9 @@ supervise (const struct record *r, const struct server_opts *so,
   say ("supervising %s: %s served by pid %d, %u connection(s), timeout %u "
        "s, dead-connection timeout %u s", r->device, r->image,
        (int) r->server_pid, r->connections, r->timeout, r->dead_timeout);
+  log_protection (&s, prot);
   if (adopt)
-    take_over (&s);
+    take_over (&s, old_cgroup);
   else
     /* The server may have died before the signalfd existed. */
     reap (&s);
@@ -708,9 +777,10 @@ supervise (const struct record *r, const struct server_opts *so,
         case SIGCHLD: reap (&s); break;
         case SIGUSR1: requested (&s); break;
         default:
-          /* systemd stops an fstab mount's unit after the umount with
-           * SIGTERM to what is left in its cgroup: the device is gone
-           * then, and so should the rest be.
+          /* systemd stops a unit with SIGTERM to what is left in its
+           * cgroup: an fstab mount's after the umount, if we stayed in
+           * it (--slice none, or no placement), or our scope's: the
+           * device is gone then, and so should the rest be.
            */
           /* Not for long: a detach waits for us holding the lock. */
           if (!device_is_ours (&s.rec))

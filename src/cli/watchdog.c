@@ -15,14 +15,22 @@
  * waits on its server, and the server gives its idle buffers back
  * (src/server/worker.c) only when no request comes for a few seconds.
  *
- * Nothing here reads the clock: the caller passes the time, so
- * tests/unit/test_watchdog drives the decisions with a clock of its own.
+ * Under memory pressure a live server can be silent for longer: a thread
+ * of it waits in reclaim, or on I/O, in D state.  Before it is called
+ * hung, the supervisor reads /proc (pressure.c) and watchdog_stalled
+ * judges: stalled, it is given longer, in steps, up to a bound (pdio.h).
+ *
+ * Nothing here reads the clock or /proc: the caller passes the time and
+ * the readings, so tests/unit/test_watchdog drives the decisions with a
+ * clock and a /proc of its own.
  */
 #include <config.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,10 +38,20 @@
 #include "pdio.h"
 #include "proto.h"
 
+/* Nothing is owed: the next answer owed has the first deadline again. */
+static void
+settle (struct watchdog *w)
+{
+  w->owed_since = -1;
+  w->deadline = WATCHDOG_HUNG_MS;
+  w->looked = -1;
+}
+
 void
 watchdog_init (struct watchdog *w)
 {
-  *w = (struct watchdog) { .fd = -1, .owed_since = -1, .due = 0 };
+  *w = (struct watchdog) { .fd = -1, .due = 0 };
+  settle (w);
 }
 
 void
@@ -46,7 +64,7 @@ watchdog_attach (struct watchdog *w, int fd, uint32_t len, long now)
   w->sent = false;
   w->due = now;
   /* Connected: the server answered the handshake, it owes nothing. */
-  w->owed_since = -1;
+  settle (w);
   fcntl (fd, F_SETFL, fcntl (fd, F_GETFL) | O_NONBLOCK);
 }
 
@@ -143,6 +161,7 @@ send_probe (struct watchdog *w, long now)
   }
   w->sent = true;
   w->got = 0;
+  settle (w);
   w->owed_since = now;
 }
 
@@ -151,7 +170,7 @@ watchdog_run (struct watchdog *w, long now, bool busy)
 {
   if (w->fd >= 0 && w->sent && read_reply (w, now)) {
     w->sent = false;
-    w->owed_since = -1;
+    settle (w);
     w->due = now + WATCHDOG_PROBE_MS;
   }
   if (w->fd >= 0 && !w->sent && now >= w->due) {
@@ -160,9 +179,99 @@ watchdog_run (struct watchdog *w, long now, bool busy)
     else
       w->due = now + WATCHDOG_PROBE_MS;         /* look again then */
   }
-  if (w->owed_since >= 0 && now - w->owed_since >= WATCHDOG_HUNG_MS)
+  if (w->owed_since >= 0 && now - w->owed_since >= w->deadline)
     return WATCHDOG_HUNG;
   return WATCHDOG_OK;
+}
+
+/* How much tasks waited for memory by one PSI reading and the one before
+ * it, interval ms earlier (or none): avg10, or the total's growth over
+ * the interval if that is more, in percent.  The first look has only
+ * avg10, which covers about the 10 s the answer has been owed.  *grew_us
+ * is the growth, when it is the larger.
+ */
+static double
+pressure_pct (const struct psi_some *now, const struct psi_some *before,
+              long interval, double *grew_us)
+{
+  double pct;
+
+  *grew_us = -1;
+  if (!now->have)
+    return 0;
+  pct = now->avg10;
+  if (before && before->have && interval > 0 &&
+      now->total_us >= before->total_us) {
+    double grew = (double) (now->total_us - before->total_us);
+
+    /* µs in ms: 1000 per 100 %. */
+    if (grew / (interval * 10.0) > pct) {
+      pct = grew / (interval * 10.0);
+      *grew_us = grew;
+    }
+  }
+  return pct;
+}
+
+/* Appends ", " and the text to why (of len, n used so far). */
+static void __attribute__ ((format (printf, 4, 5)))
+add (char *why, size_t len, size_t *n, const char *fmt, ...)
+{
+  va_list ap;
+  int r;
+
+  if (*n >= len)
+    return;
+  if (*n) {
+    r = snprintf (why + *n, len - *n, ", ");
+    *n += r > 0 ? (size_t) r : 0;
+    if (*n >= len)
+      return;
+  }
+  va_start (ap, fmt);
+  r = vsnprintf (why + *n, len - *n, fmt, ap);
+  va_end (ap);
+  *n += r > 0 ? (size_t) r : 0;
+}
+
+static void
+add_pressure (char *why, size_t len, size_t *n, const char *where,
+              const struct psi_some *p, double grew_us, long interval)
+{
+  if (grew_us >= 0)
+    add (why, len, n, "%s memory some %.1f s of the last %.1f s", where,
+         grew_us / 1e6, interval / 1e3);
+  else
+    add (why, len, n, "%s memory some avg10=%.2f", where, p->avg10);
+}
+
+bool
+watchdog_stalled (struct watchdog *w, long now, const struct stall_reading *r,
+                  char *why, size_t len)
+{
+  long interval = w->looked >= 0 ? now - w->looked : 0;
+  const struct psi_some *sys0 = w->looked >= 0 ? &w->system : NULL;
+  const struct psi_some *cg0 = w->looked >= 0 ? &w->cgroup : NULL;
+  double sys_grew, cg_grew;
+  double sys = pressure_pct (&r->system, sys0, interval, &sys_grew);
+  double cg = pressure_pct (&r->cgroup, cg0, interval, &cg_grew);
+  size_t n = 0;
+
+  if (len)
+    why[0] = '\0';
+  if (r->d_tid > 0)
+    add (why, len, &n, "thread %d in D state", (int) r->d_tid);
+  if (sys >= WATCHDOG_PRESSURE_PCT)
+    add_pressure (why, len, &n, "system", &r->system, sys_grew, interval);
+  if (cg >= WATCHDOG_PRESSURE_PCT)
+    add_pressure (why, len, &n, "cgroup", &r->cgroup, cg_grew, interval);
+  w->looked = now;
+  w->system = r->system;
+  w->cgroup = r->cgroup;
+  if (n == 0 || w->deadline + WATCHDOG_EXTEND_MS > WATCHDOG_STALL_MAX_MS)
+    return false;
+  w->deadline += WATCHDOG_EXTEND_MS;
+  return true;
 }
 
 long
@@ -172,8 +281,8 @@ watchdog_wait_ms (const struct watchdog *w, long now)
 
   if (!w->sent && w->due - now < t)
     t = w->due - now;
-  if (w->owed_since >= 0 && w->owed_since + WATCHDOG_HUNG_MS - now < t)
-    t = w->owed_since + WATCHDOG_HUNG_MS - now;
+  if (w->owed_since >= 0 && w->owed_since + w->deadline - now < t)
+    t = w->owed_since + w->deadline - now;
   return t < 0 ? 0 : t;
 }
 
@@ -205,5 +314,5 @@ watchdog_close (struct watchdog *w)
   }
   w->fd = -1;
   w->sent = false;
-  w->owed_since = -1;
+  settle (w);
 }

@@ -76,6 +76,7 @@ struct server_ctx {
   atomic_uint *live;
   unsigned max_connections;
   bool rings_at_start;          /* every worker makes its ring at start */
+  bool keep_memory;             /* never trim the pools (--swap) */
 };
 
 /* A connection handed to a worker is closed (server.c). */

@@ -372,6 +372,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   };
   ctx.can_extents = info.can_extents;
   ctx.rings_at_start = cfg->take_over != NULL;
+  ctx.keep_memory = cfg->keep_memory;
   if (n == 0) {
     long cpus = sysconf (_SC_NPROCESSORS_ONLN);
 

@@ -39,6 +39,11 @@ struct pdio_server_config {
   const char *take_over;
   const char *listen_path;
   struct handover *taken;
+  /* Never give idle pool memory back (pdio serve --swap, whose memory is
+   * locked): a page given back would have to come back while the kernel
+   * swaps to the device this server serves.
+   */
+  bool keep_memory;
 };
 
 /* The defaults of the two bounds above. */

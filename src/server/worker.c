@@ -144,7 +144,8 @@ loop (struct worker *w)
 
       last = w->now;
       conn_list_watchdog (w);
-      given = pdio_thread_trim (w->t, w->now, WORKER_IDLE_SECS);
+      given = w->ctx->keep_memory ? 0
+              : pdio_thread_trim (w->t, w->now, WORKER_IDLE_SECS);
       if (given) {
         worker_log (w, PDIO_LOG_DEBUG, "worker %u: gave back %zu KiB of pool, "
                     "%zu KiB resident", w->id, given >> 10,

@@ -86,3 +86,34 @@ alive ()
 }
 
 dead () { ! alive "$1"; }
+
+# What PR_SET_IO_FLUSHER left on PID's threads (field 9 of
+# /proc/PID/task/TID/stat, PF_MEMALLOC_NOIO 0x80000 | PF_LOCAL_THROTTLE
+# 0x100000): "all" if every thread has both, "none" if none has either,
+# else "some".
+io_flusher_of ()
+{
+    _all=1 _none=1
+    for _t in /proc/"$1"/task/*/stat; do
+        _f=$(sed 's/^.*) //' "$_t" 2>/dev/null | cut -d' ' -f7) || continue
+        [ -n "$_f" ] || continue
+        case $(( _f & 0x180000 )) in
+        $((0x180000))) _none=0 ;;
+        0) _all=0 ;;
+        *) _all=0 _none=0 ;;
+        esac
+    done
+    if [ $_all = 1 ]; then echo all
+    elif [ $_none = 1 ]; then echo none
+    else echo some
+    fi
+}
+
+# Root in a container may lack CAP_SYS_RESOURCE, which PR_SET_IO_FLUSHER
+# and a negative oom_score_adj need: pdio must then say so (once) and
+# serve all the same.  True if this process has it.
+has_sys_resource ()
+{
+    _eff=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)
+    [ $(( (0x$_eff >> 24) & 1 )) = 1 ]
+}

@@ -6,7 +6,13 @@
  * verdicts: a server that answers, however late within the bound, is
  * alive; one that owes an answer -- to a probe, or to a connection
  * attempt -- for WATCHDOG_HUNG_MS is hung; a server that breaks the
- * protocol or hangs up loses its connection, not its life.
+ * protocol or hangs up loses its connection, not its life.  Then the
+ * stall rule (watchdog_stalled), fed with readings this test makes up in
+ * place of /proc: a silent server with a thread in D state, or under
+ * memory pressure system-wide or in its cgroup, gets WATCHDOG_EXTEND_MS
+ * more at a time up to WATCHDOG_STALL_MAX_MS, and is replaced as soon as
+ * the stall is over; one that is merely stopped is replaced at
+ * WATCHDOG_HUNG_MS, as before.
  */
 #include <config.h>
 
@@ -60,6 +66,214 @@ static void
 pair (int sv[2])
 {
   CHECK (socketpair (AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair: %m");
+}
+
+/* What /proc says, as a function of how long the probe has been owed. */
+typedef void look_fn (long owed, struct stall_reading *r);
+
+/* The supervisor's loop (supervise.c: watch, deadline_passed) against a
+ * server that never answers, looking every 100 ms: how long after the
+ * probe went out it is killed; *extended counts the times it was given
+ * longer, and last_why is what the last extension said.
+ */
+static char last_why[256];
+
+static long
+kill_time (look_fn *look, int *extended)
+{
+  struct watchdog w;
+  long t0 = 5000000, t;
+  uint64_t cookie;
+  int sv[2];
+
+  watchdog_init (&w);
+  pair (sv);
+  watchdog_attach (&w, sv[0], BLOCK, t0);
+  CHECK (watchdog_run (&w, t0, true) == WATCHDOG_OK &&
+         read_probe (sv[1], &cookie), "probe");
+  *extended = 0;
+  last_why[0] = '\0';
+  for (t = t0; t <= t0 + 2 * WATCHDOG_STALL_MAX_MS; t += 100) {
+    struct stall_reading r;
+    char why[256];
+
+    if (watchdog_run (&w, t, true) != WATCHDOG_HUNG)
+      continue;
+    look (t - t0, &r);
+    if (!watchdog_stalled (&w, t, &r, why, sizeof why))
+      break;
+    CHECK (why[0], "an extension says why");
+    snprintf (last_why, sizeof last_why, "%s", why);
+    (*extended)++;
+  }
+  watchdog_forget (&w);
+  close (sv[1]);
+  return t - t0;
+}
+
+/* SIGSTOP on a quiet system: state T, PSI at rest. */
+static void
+stopped (long owed, struct stall_reading *r)
+{
+  (void) owed;
+  *r = (struct stall_reading) {
+    .system = { .have = true, .avg10 = 0.0, .total_us = 123456 },
+    .cgroup = { .have = true, .avg10 = 0.0, .total_us = 789 },
+  };
+}
+
+static void
+d_state (long owed, struct stall_reading *r)
+{
+  stopped (owed, r);
+  r->d_tid = 4242;
+}
+
+static void
+system_pressure (long owed, struct stall_reading *r)
+{
+  stopped (owed, r);
+  r->system.avg10 = 35.0;
+  r->system.total_us += owed * 350;     /* 35 % of the time */
+}
+
+static void
+cgroup_pressure (long owed, struct stall_reading *r)
+{
+  stopped (owed, r);
+  r->cgroup.avg10 = 62.5;
+  r->cgroup.total_us += owed * 625;
+}
+
+/* 35 % for the first 25 s, then none: avg10 is made to drop to 0 at once
+ * (a real one decays), so that what keeps the server from 20 s to 30 s is
+ * the total's growth over that interval (1.75 s of 10 s).
+ */
+static void
+pressure_ends (long owed, struct stall_reading *r)
+{
+  long stalled = owed < 25000 ? owed : 25000;
+
+  stopped (owed, r);
+  r->system.avg10 = owed < 25000 ? 35.0 : 0.0;
+  r->system.total_us += stalled * 350;
+}
+
+static double mild_avg10;
+
+static void
+mild (long owed, struct stall_reading *r)
+{
+  stopped (owed, r);
+  r->system.avg10 = mild_avg10;
+}
+
+/* avg10 under the threshold, the total growing 20 % of the time: the
+ * first look has only avg10 to go by.
+ */
+static void
+growth_only (long owed, struct stall_reading *r)
+{
+  stopped (owed, r);
+  r->system.avg10 = 5.0;
+  r->system.total_us += owed * 200;
+}
+
+/* A kernel without PSI: only the thread states tell. */
+static void
+no_psi_d_state (long owed, struct stall_reading *r)
+{
+  (void) owed;
+  *r = (struct stall_reading) { .d_tid = 77 };
+}
+
+static void
+stall_rule (void)
+{
+  const long max = WATCHDOG_STALL_MAX_MS;
+  const int steps = (WATCHDOG_STALL_MAX_MS - WATCHDOG_HUNG_MS) /
+                    WATCHDOG_EXTEND_MS;
+  long at;
+  int n;
+
+  at = kill_time (stopped, &n);
+  CHECK (at == WATCHDOG_HUNG_MS && n == 0,
+         "stopped, no pressure: killed at %ld ms after %d extensions", at, n);
+  at = kill_time (d_state, &n);
+  CHECK (at == max && n == steps,
+         "D state: killed at %ld ms after %d extensions", at, n);
+  CHECK (strcmp (last_why, "thread 4242 in D state") == 0, "why: %s",
+         last_why);
+  at = kill_time (system_pressure, &n);
+  CHECK (at == max && n == steps,
+         "system pressure: killed at %ld ms after %d extensions", at, n);
+  CHECK (strncmp (last_why, "system memory some ", 19) == 0, "why: %s",
+         last_why);
+  at = kill_time (cgroup_pressure, &n);
+  CHECK (at == max && n == steps,
+         "cgroup pressure: killed at %ld ms after %d extensions", at, n);
+  CHECK (strcmp (last_why, "cgroup memory some avg10=62.50") == 0,
+         "why: %s", last_why);
+  at = kill_time (pressure_ends, &n);
+  CHECK (at == 4 * WATCHDOG_EXTEND_MS && n == 3,
+         "pressure over at 25 s: killed at %ld ms after %d extensions", at, n);
+  CHECK (strcmp (last_why, "system memory some 1.8 s of the last 10.0 s") == 0,
+         "why: %s", last_why);
+  mild_avg10 = WATCHDOG_PRESSURE_PCT - 0.01;
+  at = kill_time (mild, &n);
+  CHECK (at == WATCHDOG_HUNG_MS && n == 0,
+         "avg10 just under the threshold: killed at %ld ms", at);
+  mild_avg10 = WATCHDOG_PRESSURE_PCT;
+  at = kill_time (mild, &n);
+  CHECK (at == max, "avg10 at the threshold: killed at %ld ms", at);
+  at = kill_time (growth_only, &n);
+  CHECK (at == WATCHDOG_HUNG_MS && n == 0,
+         "the first look goes by avg10 alone: killed at %ld ms", at);
+  at = kill_time (no_psi_d_state, &n);
+  CHECK (at == max, "no PSI, D state: killed at %ld ms", at);
+
+  /* Stalled, then it answers: the next probe it owes starts from the
+   * first deadline again, and a plain stop is judged at WATCHDOG_HUNG_MS.
+   */
+  {
+    struct watchdog w;
+    struct stall_reading r;
+    long t = 9000000;
+    uint64_t cookie;
+    char why[256];
+    int sv[2];
+
+    watchdog_init (&w);
+    pair (sv);
+    watchdog_attach (&w, sv[0], BLOCK, t);
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK &&
+           read_probe (sv[1], &cookie), "probe");
+    d_state (WATCHDOG_HUNG_MS, &r);
+    CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, true) == WATCHDOG_HUNG,
+           "deadline");
+    CHECK (watchdog_stalled (&w, t + WATCHDOG_HUNG_MS, &r, why, sizeof why),
+           "stalled");
+    CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, true) == WATCHDOG_OK,
+           "given longer");
+    CHECK (watchdog_wait_ms (&w, t + WATCHDOG_HUNG_MS) <= WATCHDOG_PROBE_MS,
+           "still looked at");
+    answer (sv[1], cookie, 0, BLOCK);
+    t += WATCHDOG_HUNG_MS + 5000;
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK &&
+           watchdog_owed_ms (&w, t) == 0, "answered at last");
+    t += WATCHDOG_PROBE_MS;
+    CHECK (watchdog_run (&w, t, true) == WATCHDOG_OK &&
+           read_probe (sv[1], &cookie), "the next probe");
+    CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS - 1, true) == WATCHDOG_OK,
+           "not yet");
+    CHECK (watchdog_run (&w, t + WATCHDOG_HUNG_MS, true) == WATCHDOG_HUNG,
+           "the first deadline again");
+    stopped (0, &r);
+    CHECK (!watchdog_stalled (&w, t + WATCHDOG_HUNG_MS, &r, why,
+                              sizeof why), "stopped: hung");
+    watchdog_forget (&w);
+    close (sv[1]);
+  }
 }
 
 int
@@ -212,6 +426,7 @@ main (void)
     CHECK (disc.type == NBD_CMD_DISC, "NBD_CMD_DISC (%u)", disc.type);
   }
   close (sv[1]);
+  stall_rule ();
   printf ("test_watchdog: ok\n");
   return 0;
 }

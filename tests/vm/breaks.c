@@ -52,6 +52,16 @@
  *   events-late           the supervisor subscribes to the driver's events
  *                         only once it runs, as it used to: a LINK_DEAD
  *                         sent during attach is missed
+ *   no-io-flusher         neither the supervisor nor pdio serve sets
+ *                         PR_SET_IO_FLUSHER
+ *   no-oom-adjust         the supervisor (and so attach's servers) and
+ *                         pdio serve --oom-protect keep the default
+ *                         oom_score_adj
+ *   child-keeps-protection  a program pdio runs (udevadm, mount, busctl...)
+ *                         keeps PR_SET_IO_FLUSHER and oom_score_adj -1000
+ *   watchdog-ignores-stall  the watchdog replaces a server that has not
+ *                         answered for 10 s however stalled (D state,
+ *                         memory pressure) it is, as it used to
  *
  * And one test setting, read from its own variable: PDIO_BOUNCE_CANARY=1
  * has pdio serve fill free bounce pages with 0xa5 (faults/canary.tap and

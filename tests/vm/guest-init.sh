@@ -822,6 +822,177 @@ fe_orphan() {
     detail "$d (server $pid) listed, attach, restart and resize refused, detached by device; again by image ($d2) and --all ($d3): nothing left, fincore 0"
 }
 
+# --- what keeps a device's processes going under memory pressure ----------------
+# The supervisor sets PR_SET_IO_FLUSHER and oom_score_adj -1000 before it
+# starts a server, which inherits both (and sets the flag again itself);
+# both live in a cgroup of their own, /pdio.slice/pdio-SUPERVISOR, with
+# memory.min 4 MiB (the slice's the sum).  Checked from /proc and
+# against pdio list --json, after attach, after pdio restart and after a
+# SIGKILL (the supervisor's restart), with either server; the test build
+# without them (no-io-flusher, no-oom-adjust) must be caught by the same
+# check.  A program the supervisor runs has neither
+# (child-keeps-protection must be caught).
+FP_IMG=/scratch/fp.img
+FP_BIN=/tmp/fp-bin
+
+# PR_SET_IO_FLUSHER's flags on every thread of process $1 (field 9 of
+# /proc/PID/task/TID/stat: PF_MEMALLOC_NOIO 0x80000, PF_LOCAL_THROTTLE
+# 0x100000): all, none or some.
+flusher_of() {
+    all=1 none=1
+    for t in /proc/"$1"/task/*/stat; do
+        f=$(sed 's/^.*) //' "$t" 2>/dev/null | cut -d' ' -f7)
+        [ -n "$f" ] || continue
+        case $((f & 0x180000)) in
+        $((0x180000))) none=0 ;;
+        0) all=0 ;;
+        *) all=0 none=0 ;;
+        esac
+    done
+    if [ $all = 1 ]; then echo all; elif [ $none = 1 ]; then echo none; else echo some; fi
+}
+
+cgroup_of() { sed -n 's/^0:://p' "/proc/$1/cgroup" 2>/dev/null; }
+
+# The server pid the record of device index $1 names.
+fp_server() { sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$1.rec"; }
+
+# cgroup v2 at /sys/fs/cgroup, as on the machines pdio runs on (this
+# guest's init mounts none): placement needs it.
+fp_cgroup2() {
+    grep -q ' /sys/fs/cgroup cgroup2 ' /proc/mounts ||
+        mount -t cgroup2 none /sys/fs/cgroup
+}
+
+# Device index $1: its server and supervisor have every protection and
+# live in cgroup $2 ("own": /pdio.slice/pdio-SUPERVISOR, with memory.min
+# 4 MiB), and pdio list --json says so.  What was seen goes to
+# $STATE/fp.seen.
+fp_check() {
+    rec=$PDIO_RUN/nbd$1.rec
+    server=$(sed -n 's/^server_pid=//p' "$rec")
+    sup=$(sed -n 's/^supervisor_pid=//p' "$rec")
+    want=$2
+    [ "$want" != own ] || want=/pdio.slice/pdio-$sup
+    sf=$(flusher_of "$server") pf=$(flusher_of "$sup")
+    so=$(cat "/proc/$server/oom_score_adj") po=$(cat "/proc/$sup/oom_score_adj")
+    scg=$(cgroup_of "$server") pcg=$(cgroup_of "$sup")
+    min=$(cat "/sys/fs/cgroup$scg/memory.min" 2>/dev/null || echo none)
+    smin=$(cat /sys/fs/cgroup/pdio.slice/memory.min 2>/dev/null || echo 0)
+    pdio list --json > "$STATE/fp.json"
+    js=$(jq -c --arg dev "/dev/nbd$1" '.nbddevices[] | select(.name == $dev) |
+        [.io_flusher, .oom_score_adj, .cgroup, .status]' "$STATE/fp.json")
+    echo "server $server ($(cat "/proc/$server/comm"), $(ls "/proc/$server/task" | wc -l) threads): IO_FLUSHER on $sf, oom_score_adj $so, cgroup $scg (memory.min $min); supervisor $sup: $pf, $po, $pcg; pdio.slice memory.min $smin; pdio list: $js" > "$STATE/fp.seen"
+    cat "$STATE/fp.seen"
+    [ "$sf" = all ] && [ "$pf" = all ] && [ "$so" = -1000 ] && [ "$po" = -1000 ] &&
+        [ "$scg" = "$want" ] && [ "$pcg" = "$want" ] &&
+        [ "$js" = "[true,-1000,\"$want\",\"ok\"]" ] &&
+        { [ "$2" != own ] || { [ "$min" = 4194304 ] && [ "$smin" -ge 4194304 ]; }; }
+}
+
+# The record of device index $1 names a live server other than pid $2.
+fp_new_server() {
+    p=$(fp_server "$1")
+    [ -n "$p" ] && [ "$p" != 0 ] && [ "$p" != "$2" ] && [ -d "/proc/$p/task" ] &&
+        ! proc_gone "$p"
+}
+
+fe_protect() {
+    fp_cgroup2
+    rm -f "$FP_IMG"
+    truncate -s 64M "$FP_IMG"
+    seen=""
+    for fe in pdio nbdkit; do
+        flags=""
+        [ $fe = pdio ] || flags=--nbdkit
+        # shellcheck disable=SC2086
+        d=$(pdio attach $flags "$FP_IMG")
+        i=${d#/dev/nbd}
+        sup=$(sed -n 's/^supervisor_pid=//p' "$PDIO_RUN/nbd$i.rec")
+        fp_check "$i" own
+        seen="$seen $fe: $(cat "$STATE/fp.seen")."
+        s=$(fp_server "$i")
+        pdio restart "$d"
+        fp_check "$i" own
+        s2=$(fp_server "$i")
+        kill -KILL "$s2"
+        wait_until 60 fp_new_server "$i" "$s2" || { echo "no new server after SIGKILL"; return 1; }
+        fp_check "$i" own
+        seen="$seen After pdio restart ($s -> $s2) and a SIGKILL ($s2 -> $(fp_server "$i")): the same."
+        pdio detach "$d"
+        [ ! -d "/sys/fs/cgroup/pdio.slice/pdio-$sup" ] ||
+            { echo "pdio.slice/pdio-$sup left after detach"; return 1; }
+    done
+    # (fp_check sets smin too: the broken attach below would clobber it.)
+    left_min=$(cat /sys/fs/cgroup/pdio.slice/memory.min)
+    # The same check must catch the test build without the protections.
+    d=$(PDIO_TEST_BREAK=no-io-flusher,no-oom-adjust /pdio/broken/pdio attach "$FP_IMG")
+    i=${d#/dev/nbd}
+    caught=no
+    fp_check "$i" own > /dev/null || caught=yes
+    broken=$(cat "$STATE/fp.seen")
+    pdio detach "$d"
+    fe_no_state
+    fe_no_server
+    detail "$seen Detached: cgroups removed, pdio.slice memory.min $left_min. Test build with no-io-flusher,no-oom-adjust: caught: $caught ($broken)"
+    [ "$left_min" = 0 ]
+    [ "$caught" = yes ]
+}
+
+# --slice none: the caller's cgroup, the protections all the same.
+fe_slice_none() {
+    d=$(pdio attach --slice none "$FP_IMG")
+    i=${d#/dev/nbd}
+    mine=$(cgroup_of $$)
+    fp_check "$i" "$mine"
+    pdio detach "$d"
+    fe_no_state
+    detail "$(cat "$STATE/fp.seen"); this shell's cgroup: $mine"
+}
+
+# A program the supervisor runs is no part of the I/O path: it has
+# neither the flag nor -1000.  The supervisor runs udevadm settle for
+# --autoclear where udev runs (/run/udev/control): a stand-in, first in
+# PATH, records its own field 9 and oom_score_adj and its parent's (the
+# supervisor, before it starts a server).  $@: the pdio to run (and
+# how).
+fp_udevadm() {
+    rm -f "$STATE/udevadm.seen"
+    d=$(PATH=$FP_BIN:$PATH "$@" attach --autoclear "$FP_IMG")
+    pdio detach "$d" >&2
+    cat "$STATE/udevadm.seen"
+}
+
+fe_child_unprotected() {
+    mkdir -p "$FP_BIN" /run/udev
+    {
+        echo '#!/bin/sh'
+        echo 'f() { sed "s/^.*) //" "/proc/$1/stat" | cut -d" " -f7; }'
+        echo "echo \"\$(f \$\$) \$(cat /proc/\$\$/oom_score_adj) \$(f \$PPID) \$(cat /proc/\$PPID/oom_score_adj)\" > $STATE/udevadm.seen"
+    } > "$FP_BIN/udevadm"
+    chmod 755 "$FP_BIN/udevadm"
+    cat "$FP_BIN/udevadm"
+    fake=no
+    [ -e /run/udev/control ] || { : > /run/udev/control; fake=yes; }
+    # shellcheck disable=SC2046
+    set -- $(fp_udevadm pdio)
+    good="udevadm: flags $(printf %#x "$1"), oom_score_adj $2; its parent, the supervisor: flags $(printf %#x "$3"), oom_score_adj $4"
+    ok=no
+    if [ $(($1 & 0x180000)) = 0 ] && [ "$2" = 0 ] &&
+        [ $(($3 & 0x180000)) = $((0x180000)) ] && [ "$4" = -1000 ]; then ok=yes; fi
+    # shellcheck disable=SC2046
+    set -- $(fp_udevadm env PDIO_TEST_BREAK=child-keeps-protection /pdio/broken/pdio)
+    bad="udevadm: flags $(printf %#x "$1"), oom_score_adj $2"
+    caught=yes
+    if [ $(($1 & 0x180000)) = 0 ] && [ "$2" = 0 ]; then caught=no; fi
+    [ $fake = no ] || rm -f /run/udev/control
+    rm -rf "$FP_BIN"
+    fe_no_state
+    detail "$good; test build with child-keeps-protection: $bad, caught: $caught"
+    [ $ok = yes ]
+    [ $caught = yes ]
+}
+
 scenario_cli() {
     step "cli: pdio attach prints the device, 512-byte blocks, 1 connection" fe_attach
     step "cli: pdio list and list --json show it" fe_list
@@ -835,6 +1006,9 @@ scenario_cli() {
     step "cli: a failed attach leaves no device, no server, no supervisor, no state" fe_failed_attach
     step "cli: a connection that dies during attach gets a fresh one from the supervisor: write and read back, no I/O error" fe_link_dead
     step "cli: an attach killed after the connect: list shows the device, attach refused naming it, detach (device, image, --all) leaves nothing; restart and resize refused" fe_orphan
+    step "cli: server and supervisor (pdio's, nbdkit) with PR_SET_IO_FLUSHER on every thread, oom_score_adj -1000, in /pdio.slice/pdio-SUP (memory.min 4 MiB), after attach, pdio restart and a SIGKILL; the test build without them is caught" fe_protect
+    step "cli: pdio attach --slice none: the caller's cgroup, the protections all the same" fe_slice_none
+    step "cli: a program the supervisor runs (udevadm) has neither PR_SET_IO_FLUSHER nor -1000; the test build's that keeps them is caught" fe_child_unprotected
 }
 
 # --- the device outlives its server ------------------------------------------------
@@ -1946,7 +2120,9 @@ scenario_resize() {
 # brings up the device units, systemd mounts the scratch disk on /scratch
 # (also from fstab: the image lives there) and then /mnt by running
 # mount(8), which runs mount.pdio; pdio's server and supervisor stay
-# behind in mnt.mount's cgroup.  The shell sets it all up and execs
+# behind, in a scope of their own in pdio.slice (not in mnt.mount's
+# cgroup, so that mount(8)'s exit does not take them along, nor the
+# memory limits of whoever mounts).  The shell sets it all up and execs
 # systemd; the unit pdio-boot-check.service (this script again, with
 # PDIO_GUEST_PHASE=systemd) runs the checks, stops mnt.mount, checks that
 # nothing is left, finishes the run and powers off.  Broken variant:
@@ -2110,7 +2286,11 @@ sd_files() {
     detail "20 of 20 checksums match; wrote written-under-systemd (300001 bytes) and synced"
 }
 
-# mount(8) has exited; pdio's processes must not have gone with it.
+# mount(8) has exited; pdio's processes must not have gone with it.  They
+# live in their own scope, pdio-SUPERVISOR.scope in pdio.slice, which
+# systemd made for the supervisor (MemoryMin 4 MiB, the slice's at least
+# that, neither stopped by shutdown.target), with PR_SET_IO_FLUSHER on
+# every thread and oom_score_adj -1000; mnt.mount's cgroup is empty.
 sd_alive() {
     sleep 5
     rec=$(sd_rec)
@@ -2121,18 +2301,43 @@ sd_alive() {
     sub=$(sd_prop SubState "$SD_UNIT")
     case $server in ''|0) echo "no server in $rec"; return 1 ;; esac
     case $sup in ''|0) echo "no supervisor in $rec"; return 1 ;; esac
-    scg=$(sed -n 's/^0:://p' "/proc/$server/cgroup" 2>/dev/null || true)
-    pcg=$(sed -n 's/^0:://p' "/proc/$sup/cgroup" 2>/dev/null || true)
-    procs=$(tr '\n' ' ' < "/sys/fs/cgroup$cg/cgroup.procs" || true)
+    scope=pdio-$sup.scope
+    scg=$(cgroup_of "$server")
+    pcg=$(cgroup_of "$sup")
+    procs=$(tr '\n' ' ' < "/sys/fs/cgroup$cg/cgroup.procs" 2>/dev/null || true)
+    scope_cg=$(sd_prop ControlGroup "$scope")
+    scope_state=$(systemctl is-active "$scope" || true)
+    scope_min=$(sd_prop MemoryMin "$scope")
+    scope_deps=$(sd_prop DefaultDependencies "$scope")
+    slice_min=$(sd_prop MemoryMin pdio.slice)
+    slice_deps=$(sd_prop DefaultDependencies pdio.slice)
+    min=$(cat "/sys/fs/cgroup$scg/memory.min" 2>/dev/null || echo none)
+    sf=$(flusher_of "$server") pf=$(flusher_of "$sup")
+    so=$(cat "/proc/$server/oom_score_adj") po=$(cat "/proc/$sup/oom_score_adj")
     pdio list | tee "$STATE/sd.list"
-    detail "5 s on: server $server ($(cat "/proc/$server/comm" 2>/dev/null || echo gone)) and supervisor $sup ($(cat "/proc/$sup/comm" 2>/dev/null || echo gone)) in $scg, $pcg; $cg holds: $procs; mount(8) gone (ControlPID $cpid); $SD_UNIT $sub; pdio list: $(grep "^$(sd_dev) " "$STATE/sd.list" | awk '{print $NF}')"
+    pdio list --json > "$STATE/sd.json"
+    js=$(jq -c --arg dev "$(sd_dev)" '.nbddevices[] | select(.name == $dev) |
+        [.io_flusher, .oom_score_adj, .cgroup]' "$STATE/sd.json")
+    detail "5 s on: server $server ($(cat "/proc/$server/comm" 2>/dev/null || echo gone)) and supervisor $sup ($(cat "/proc/$sup/comm" 2>/dev/null || echo gone)) in $scg, $pcg; $scope $scope_state ($scope_cg, MemoryMin $scope_min, memory.min $min, DefaultDependencies $scope_deps); pdio.slice MemoryMin $slice_min, DefaultDependencies $slice_deps; IO_FLUSHER on $sf, $pf threads; oom_score_adj $so, $po; $cg holds: ${procs:-nothing}; mount(8) gone (ControlPID $cpid); $SD_UNIT $sub; pdio list: $(grep "^$(sd_dev) " "$STATE/sd.list" | awk '{print $NF}'), JSON $js"
     [ "$cpid" = 0 ]
     [ "$sub" = mounted ]
     [ "$(cat "/proc/$server/comm")" = pdio ]
     [ "$(cat "/proc/$sup/comm")" = pdio-supervise ]
-    [ "$scg" = "$cg" ]
-    [ "$pcg" = "$cg" ]
+    [ "$scope_state" = active ]
+    [ "$scg" = "/pdio.slice/$scope" ]
+    [ "$pcg" = "/pdio.slice/$scope" ]
+    [ "$scope_cg" = "/pdio.slice/$scope" ]
+    [ -z "$procs" ]
+    [ "$scope_min" = 4194304 ]
+    [ "$min" = 4194304 ]
+    [ "$scope_deps" = no ]
+    [ "$slice_deps" = no ]
+    [ "$slice_min" -ge 4194304 ]
+    [ "$sf" = all ] && [ "$pf" = all ]
+    [ "$so" = -1000 ] && [ "$po" = -1000 ]
+    [ "$js" = "[true,-1000,\"/pdio.slice/$scope\"]" ]
     grep -q "^$(sd_dev)  *$SD_IMG .* ok$" "$STATE/sd.list"
+    echo "$scope" > "$STATE/sd.scope"
 }
 
 # systemd's umount: the device disconnects (autoclear) and the supervisor
@@ -2156,12 +2361,17 @@ sd_stop() {
     if [ -f "/sys/fs/cgroup$cg/cgroup.procs" ]; then
         left=$(tr '\n' ' ' < "/sys/fs/cgroup$cg/cgroup.procs")
     fi
-    detail "systemctl stop took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s: $SD_UNIT $state (result $result) ${still:-unmounted}; device, server $server, supervisor $sup, state all gone: $gone; left in $cg: ${left:-nothing}; fincore $(cat "$STATE/mt.pages" 2>/dev/null) pages"
+    # The scope goes once it is empty.
+    scope=$(cat "$STATE/sd.scope" 2>/dev/null || echo "pdio-$sup.scope")
+    wait_until 10 sh -c '! systemctl is-active --quiet "$1"' _ "$scope" || true
+    scope_state=$(systemctl is-active "$scope" || true)
+    detail "systemctl stop took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s: $SD_UNIT $state (result $result) ${still:-unmounted}; device, server $server, supervisor $sup, state all gone: $gone; left in $cg: ${left:-nothing}; $scope $scope_state; pdio.slice MemoryMin $(sd_prop MemoryMin pdio.slice); fincore $(cat "$STATE/mt.pages" 2>/dev/null) pages"
     [ -z "$still" ]
     [ "$state" = inactive ]
     [ "$result" = success ]
     [ "$gone" = yes ]
     [ -z "$left" ]
+    [ "$scope_state" = inactive ]
     proc_gone "$server"
     proc_gone "$sup"
 }
@@ -2249,8 +2459,8 @@ sd_step() {
 sd_checks() {
     sd_step "systemd: PID 1; the fstab line mounted at boot by the generated $SD_UNIT, after scratch.mount" sd_mounted
     sd_step "systemd: the image's 20 checksums verified on $MNT; a new file written, synced" sd_files
-    sd_step "systemd: 5 s after mount(8) exited, server and supervisor alive in $SD_UNIT's cgroup, pdio list ok" sd_alive
-    sd_step "systemd: systemctl stop $SD_UNIT: unmounted; no device, server, supervisor, state or cgroup process left; fincore 0" sd_stop
+    sd_step "systemd: 5 s after mount(8) exited, server and supervisor alive in their own scope in pdio.slice (MemoryMin 4 MiB, no default dependencies), not $SD_UNIT's cgroup; PR_SET_IO_FLUSHER, oom_score_adj -1000; pdio list ok" sd_alive
+    sd_step "systemd: systemctl stop $SD_UNIT: unmounted; no device, server, supervisor, state, cgroup process or scope left; fincore 0" sd_stop
     sd_step "systemd: mounted again (mount -t pdio -o ro elsewhere): the new file is there; nothing left; e2fsck clean" sd_written
     sd_step "systemd: systemctl start $SD_UNIT, then stop scratch.mount (shutdown's order): both unmount, nothing left" sd_order
     sd_step "systemd: with udev running, pdio attach --autoclear outlives udev's probe; mount, umount: then nothing left" sd_autoclear_udev

@@ -268,6 +268,12 @@ base_files() {
     [ -n "$gnutls" ] || { echo "missing libgnutls.so.30 (libgnutls30)" >&2; return 1; }
     echo "$gnutls $gnutls"
     echo "$gnutls" >> "$libs"
+    # Under systemd, pdio's supervisor dlopens libsystemd (in a child) to
+    # make its scope.
+    libsystemd=$(ldconfig -p | awk '$1 == "libsystemd.so.0" && /x86-64/ { print $NF; exit }')
+    [ -n "$libsystemd" ] || { echo "missing libsystemd.so.0 (libsystemd0)" >&2; return 1; }
+    echo "$libsystemd $libsystemd"
+    echo "$libsystemd" >> "$libs"
     for f in /usr/lib/x86_64-linux-gnu/libgcc_s.so.1 /etc/mke2fs.conf; do
         if [ -e "$f" ]; then echo "$f $f"; fi
     done
