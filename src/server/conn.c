@@ -49,7 +49,7 @@
  * goes back to the pool when the engine is done (WRITE) or the reply is
  * sent (READ).  Replies go out in completion order, not request order.
  *
- * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed (cmd.c): its
+ * A READ or WRITE longer than NBD_STREAM_OVER is streamed (cmd.c): its
  * memory is a few pieces' buffers, whatever its length.  A WRITE's
  * payload is received piece by piece into whichever buffer is free (none:
  * no receive until a piece is on disk); a READ's reply is queued once,
