@@ -274,10 +274,31 @@ reap (struct pdio_thread *t)
   return n;
 }
 
+/* The stash holds a CQ's worth from the start (pdio_thread_new), all a
+ * ring posts until it overflows; beyond that it doubles, if memory
+ * allows.
+ */
+static void
+stash_grow (struct pdio_thread *t, size_t want)
+{
+  size_t cap = t->stash_cap ? t->stash_cap * 2 : 2 * CQE_BATCH;
+  struct cqe_copy *p;
+
+  while (cap < want)
+    cap *= 2;
+  p = realloc (t->stash, cap * sizeof *p);
+  if (p == NULL)
+    return;
+  t->stash = p;
+  t->stash_cap = cap;
+}
+
 /* Takes every CQE there is off the CQ into the stash, undispatched: the
  * caller is in the middle of a step (a front end's handler, a request
  * being started), and handlers must not run inside it.  The next reap
- * dispatches the stash first.  Returns how many, or -ENOMEM.
+ * dispatches the stash first.  What the stash cannot hold stays on the
+ * CQ, for the next reap.  Returns how many were taken, or -ENOMEM if
+ * none could be.
  */
 static int
 stash_cqes (struct pdio_thread *t)
@@ -290,18 +311,12 @@ stash_cqes (struct pdio_thread *t)
   io_uring_get_events (&t->ring);
   t->fault_busy_owed = false;
   while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
-    if (t->stash_n + got > t->stash_cap) {
-      size_t cap = t->stash_cap ? t->stash_cap * 2 : 2 * CQE_BATCH;
-      struct cqe_copy *p;
-
-      while (cap < t->stash_n + got)
-        cap *= 2;
-      p = realloc (t->stash, cap * sizeof *p);
-      if (p == NULL)
-        return -ENOMEM;
-      t->stash = p;
-      t->stash_cap = cap;
-    }
+    if (t->stash_n + got > t->stash_cap)
+      stash_grow (t, t->stash_n + got);
+    if (t->stash_n + got > t->stash_cap)
+      got = t->stash_cap - t->stash_n;
+    if (got == 0)
+      return n ? n : -ENOMEM;
     for (i = 0; i < got; i++)
       t->stash[t->stash_n++] = (struct cqe_copy) {
         io_uring_cqe_get_data (cqes[i]), cqes[i]->res, cqes[i]->flags,
@@ -681,6 +696,17 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
     if (t->file_on_ring && t->pool.size > bounce)
       t->fixed_buf =
         io_uring_register_buffers_sparse (&t->ring, t->pool.nchunks) == 0;
+    /* Reaping into the stash is what frees the CQ when the kernel
+     * refuses submissions: it must not wait for memory then.  Touched,
+     * so resident.
+     */
+    t->stash_cap = t->ring.cq.ring_entries;
+    t->stash = malloc (t->stash_cap * sizeof *t->stash);
+    if (t->stash == NULL) {
+      r = -ENOMEM;
+      goto fail;
+    }
+    memset (t->stash, 0, t->stash_cap * sizeof *t->stash);
     efd_arm (t);
   }
   else if (img->backend == PDIO_BACKEND_URING)
