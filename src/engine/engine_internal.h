@@ -70,6 +70,7 @@ struct pdio_image {
   size_t bounce_cap;            /* bounce bytes per chunk (BOUNCE_CAP) */
   bool bounce_canary;           /* see pdio_config */
   atomic_bool told_changed;     /* logged that the file shrank or went */
+  atomic_bool told_unlocked;    /* logged that a reserve is not locked */
   struct range_lock lock;
   struct helper helper;         /* blocking calls, off the workers */
   atomic_uint threads;          /* pdio_threads alive */

@@ -220,17 +220,17 @@ buddy_put (struct buddy *b, void *mem, unsigned o)
   list_push (b, pg, o, false);
 }
 
-/* The free block of order top at mem goes to the tail of its list: its
- * chunk is no longer live.
+/* The free block of order top at mem goes to the tail of its list (its
+ * chunk is no longer live) or to the head (it is now).
  */
 static void
-buddy_demote (struct buddy *b, char *mem)
+buddy_move (struct buddy *b, char *mem, bool tail)
 {
   uint32_t pg = (mem - b->base) / POOL_PAGE;
 
   assert (nd (b, pg, b->top)->head == b->top + 1);
   list_remove (b, pg, b->top);
-  list_push (b, pg, b->top, true);
+  list_push (b, pg, b->top, tail);
 }
 
 int
@@ -352,7 +352,7 @@ count_held (struct pool *p, char *mem, unsigned o, int sign)
 /* The page entries of a whole chunk given back (chunk_whole) are all
  * zero heads (it is one free block, whose entry is elsewhere): the pages
  * that hold only entries of chunks not live go back too.  A page shared
- * with a live chunk's entries stays.
+ * with a live chunk's entries stays, and so the locked ones of a reserve.
  */
 static void
 meta_give_back (struct pool *p, struct buddy *b, unsigned i)
@@ -375,6 +375,47 @@ meta_give_back (struct pool *p, struct buddy *b, unsigned i)
   }
 }
 
+int
+pool_reserve (struct pool *p, unsigned n)
+{
+  struct buddy *b = &p->bufs;
+  unsigned first = (b->base - p->mem) / POOL_CHUNK;
+  int err = 0;
+
+  for (unsigned k = 0; k < n && b->npages && first + k < p->nchunks; k++) {
+    unsigned i = first + k;
+    char *mem = p->mem + (size_t) i * POOL_CHUNK;
+    size_t len = chunk_len (p, i);
+    /* The page entries that allocations in the chunk use, whole pages. */
+    size_t e0 = (size_t) k << POOL_CHUNK_ORDER;
+    size_t e1 = e0 + len / POOL_PAGE;
+    char *m0 = (char *) b->node + e0 * sizeof *b->node / POOL_PAGE * POOL_PAGE;
+    char *m1 = (char *) b->node + (e1 * sizeof *b->node + POOL_PAGE - 1) /
+                                  POOL_PAGE * POOL_PAGE;
+
+    /* Written, so faulted in as the process's own pages now (the ring's
+     * pin and mlock would do it too, but either may be refused).
+     */
+    for (size_t off = 0; off < len; off += POOL_PAGE)
+      ((volatile char *) mem)[off] = 0;
+    for (char *m = m0; m < m1; m += POOL_PAGE)
+      *(volatile char *) m = *(volatile char *) m;
+    assert (p->chunk[i].held == 0);
+    if (!p->chunk[i].live)
+      chunk_live (p, i);
+    if (chunk_whole (p, i))
+      buddy_move (b, mem, false);
+    p->chunk[i].reserved = true;
+    p->reserved_bytes += len;
+    /* MADV_DONTNEED refuses locked pages: nothing that gives memory back
+     * ever touches these.
+     */
+    if ((mlock (mem, len) < 0 || mlock (m0, m1 - m0) < 0) && err == 0)
+      err = -errno;
+  }
+  return err;
+}
+
 size_t
 pool_release (struct pool *p, uint32_t now, unsigned idle)
 {
@@ -393,7 +434,7 @@ pool_release (struct pool *p, uint32_t now, unsigned idle)
     struct pool_chunk *c = &p->chunk[i];
     char *mem = p->mem + (size_t) i * POOL_CHUNK;
 
-    if (!c->live || c->held || now - c->idle_since < idle)
+    if (!c->live || c->reserved || c->held || now - c->idle_since < idle)
       continue;
     /* Unregister first: the ring's pin would keep the pages alive. */
     if (c->registered)
@@ -405,7 +446,7 @@ pool_release (struct pool *p, uint32_t now, unsigned idle)
     given += chunk_len (p, i);
     /* Behind the live chunks' blocks: taken last. */
     if (chunk_whole (p, i)) {
-      buddy_demote (chunk_buddy (p, i), mem);
+      buddy_move (chunk_buddy (p, i), mem, true);
       meta_give_back (p, chunk_buddy (p, i), i);
     }
   }
@@ -459,8 +500,8 @@ resident (const struct pool *p, const struct buddy *b, unsigned o)
     p->chunk[(b->base + (size_t) pg * POOL_PAGE - p->mem) / POOL_CHUNK].live;
 }
 
-/* Resident memory first, its own region's or a live chunk's of bufs,
- * so that a request's bounce faults nothing in
+/* Resident memory first, its own region's or a live chunk's of bufs
+ * (where a reserve is), so that a request's bounce faults nothing in
  * while some is at hand; then its own region, made live; then whatever
  * bufs has.  Borrowing from bufs cannot starve the front end for long:
  * every bounce holder waits only for its own I/O.

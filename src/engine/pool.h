@@ -29,6 +29,11 @@
  * chunk, and the whole free chunks of the live ones come before the
  * others, so an allocation takes resident memory before it makes a chunk
  * live, and a light load stays in one chunk.
+ *
+ * pool_reserve keeps chunks live for good: resident, registered and
+ * locked, with their bookkeeping, so that a request that fits them
+ * allocates nothing and faults nothing in, however long the pool was
+ * idle.
  */
 #ifndef PDIO_POOL_H
 #define PDIO_POOL_H
@@ -66,6 +71,7 @@ struct pool_chunk {
   uint32_t idle_since;          /* pool's clock when held last fell to 0 */
   bool live;                    /* used since it was last given back */
   bool registered;              /* the hook put it in the ring's table */
+  bool reserved;                /* pool_reserve: live for good */
 };
 
 struct pool {
@@ -76,6 +82,7 @@ struct pool {
   struct pool_chunk *chunk;
   unsigned nchunks;
   size_t live_bytes;            /* of the live chunks */
+  size_t reserved_bytes;        /* of the reserved ones */
   uint32_t now;                 /* seconds, as pool_release was told */
   bool clock_set;               /* pool_release was called */
   /* A chunk becomes live (mem, len) or is given back (NULL, 0); for a
@@ -92,9 +99,19 @@ struct pool {
  */
 extern int pool_init (struct pool *p, size_t bounce_bytes, size_t buf_bytes);
 extern void pool_destroy (struct pool *p);
-/* Gives back every live chunk that has held nothing for idle seconds or
- * more by the clock now (seconds, never decreasing), with the bookkeeping
- * pages only they used; the bytes given back.
+/* Makes the first n chunks of bufs (as many as there are) live for good:
+ * their pages and the bookkeeping that allocations in them touch are
+ * faulted in, registered (the hook, set before) and locked in memory;
+ * pool_release never gives them back.  Call it once, before any
+ * allocation.  0, or the -errno of mlock(2) (EPERM, ENOMEM: the memlock
+ * limit): the reserve is made all the same, resident and registered,
+ * only not locked.
+ */
+extern int pool_reserve (struct pool *p, unsigned n);
+/* Gives back every live chunk, but the reserved ones, that has held
+ * nothing for idle seconds or more by the clock now (seconds, never
+ * decreasing), with the bookkeeping pages only they used; the bytes
+ * given back.
  */
 extern size_t pool_release (struct pool *p, uint32_t now, unsigned idle);
 /* The registered buffer [mem, mem + len) lies in, or -1. */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -552,6 +553,12 @@ pdio_thread_pool_resident (const struct pdio_thread *t)
   return t->pool.live_bytes;
 }
 
+size_t
+pdio_thread_pool_reserved (const struct pdio_thread *t)
+{
+  return t->pool.reserved_bytes;
+}
+
 void *
 thread_get_bounce (struct pdio_thread *t, size_t len)
 {
@@ -635,6 +642,30 @@ thread_set_backend (struct pdio_thread *t, const struct io_backend *b,
   t->backend_state = state;
 }
 
+/* The pool's reserve: resident and registered whatever happens; locked
+ * unless the memlock limit says no, which is said once per image.
+ */
+static void
+reserve (struct pdio_thread *t, unsigned chunks)
+{
+  int r = pool_reserve (&t->pool, chunks);
+  struct rlimit lim;
+
+  if (r == 0 || atomic_exchange (&t->img->told_unlocked, true))
+    return;
+  if (getrlimit (RLIMIT_MEMLOCK, &lim) < 0)
+    lim.rlim_cur = RLIM_INFINITY;
+  if (lim.rlim_cur == RLIM_INFINITY)
+    engine_warning (t->img, "cannot lock the pool's reserve in memory (%s): "
+                    "it stays resident and registered, but unlocked",
+                    strerror (-r));
+  else
+    engine_warning (t->img, "cannot lock the pool's reserve in memory (%s; "
+                    "the memlock limit is %llu KiB): it stays resident and "
+                    "registered, but unlocked", strerror (-r),
+                    (unsigned long long) lim.rlim_cur >> 10);
+}
+
 int
 pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
                  struct pdio_thread **tp)
@@ -712,6 +743,9 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   else if (img->backend == PDIO_BACKEND_URING)
     engine_debug (img, "io_uring setup failed in this thread (%s): it uses "
                   "psync", strerror (-r));
+  /* After the sparse table: the reserve is registered as it is made. */
+  if (cfg && cfg->reserve_chunks)
+    reserve (t, cfg->reserve_chunks);
   atomic_fetch_add (&img->threads, 1);
   t->counted = true;
   *tp = t;
