@@ -52,6 +52,9 @@
  *   events-late           the supervisor subscribes to the driver's events
  *                         only once it runs, as it used to: a LINK_DEAD
  *                         sent during attach is missed
+ *   no-reserve            pdio serve's workers keep no pool reserve: an
+ *                         idle server pins nothing, and the first write
+ *                         after its pool went back faults a chunk in
  */
 #include <config.h>
 
