@@ -72,6 +72,7 @@ struct nbd_stream {
   uint32_t sent;                /* READ: data bytes sent */
   int err;                      /* the first error (-errno) */
   struct stream_slot slot[NBD_STREAM_SLOTS];
+  struct nbd_stream *next_free; /* the connection's free list (conn.c) */
 };
 
 struct nbd_cmd {
