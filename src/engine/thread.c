@@ -642,8 +642,9 @@ thread_set_backend (struct pdio_thread *t, const struct io_backend *b,
   t->backend_state = state;
 }
 
-/* The pool's reserve: resident and registered whatever happens; locked
- * unless the memlock limit says no, which is said once per image.
+/* The pool's reserve: resident whatever happens, registered and locked
+ * unless the memlock limit says no (it counts both), which is said once
+ * per image.
  */
 static void
 reserve (struct pdio_thread *t, unsigned chunks)
@@ -657,12 +658,11 @@ reserve (struct pdio_thread *t, unsigned chunks)
     lim.rlim_cur = RLIM_INFINITY;
   if (lim.rlim_cur == RLIM_INFINITY)
     engine_warning (t->img, "cannot lock the pool's reserve in memory (%s): "
-                    "it stays resident and registered, but unlocked",
-                    strerror (-r));
+                    "it is kept resident, but not locked", strerror (-r));
   else
     engine_warning (t->img, "cannot lock the pool's reserve in memory (%s; "
-                    "the memlock limit is %llu KiB): it stays resident and "
-                    "registered, but unlocked", strerror (-r),
+                    "the memlock limit is %llu KiB): it is kept resident, "
+                    "but not locked", strerror (-r),
                     (unsigned long long) lim.rlim_cur >> 10);
 }
 
