@@ -167,7 +167,8 @@ struct pdio_thread_config {
    * nothing and fault nothing in, however long the thread was idle (a
    * server's forward progress under memory pressure).  0: none.  If the
    * memlock limit refuses the lock, that is logged once and the reserve
-   * stays resident and registered, unlocked.
+   * is kept resident, unlocked (and unregistered if the limit refused
+   * that too).
    */
   unsigned reserve_chunks;
 };
@@ -262,9 +263,9 @@ extern void pdio_thread_on_buf_free (struct pdio_thread *t,
  * or more (about: the age is counted from the last call's now) by the
  * caller's clock now (seconds, never decreasing): they are unregistered
  * and their pages returned to the kernel, to come back zeroed when
- * needed.  For a loop's periodic tick: a pass over a few dozen chunks, no
- * system call unless something is given back.  Returns the bytes given
- * back.
+ * needed; never the reserve (reserve_chunks).  For a loop's periodic
+ * tick: a pass over a few dozen chunks, no system call unless something
+ * is given back.  Returns the bytes given back.
  */
 extern size_t pdio_thread_trim (struct pdio_thread *t, uint64_t now,
                                 unsigned idle_secs);
