@@ -46,6 +46,14 @@
 
 #define CMD "pdio serve"
 
+/* Each worker keeps one pool chunk (2 MiB) resident, registered and
+ * locked: the server is on the kernel's writeback path, and the first
+ * write after an idle period must not wait for memory the kernel may
+ * need that write to free.  One chunk holds the largest command
+ * (NBD_CMD_BUF_MAX); an attached device has one worker per connection.
+ */
+#define SERVE_RESERVE_CHUNKS 1
+
 static void
 log_error (const char *fmt, va_list args)
 {
@@ -282,6 +290,7 @@ serve_native (const struct native_serve *o)
   snprintf (description, sizeof description, "pdio: %s", basename (base));
   r = pdio_server_run (&(struct pdio_server_config) {
       .img = img, .threads = o->threads, .description = description,
+      .reserve_chunks = test_break ("no-reserve") ? 0 : SERVE_RESERVE_CHUNKS,
       .log = log, .max_connections = o->max_connections,
       .handshake_secs = o->handshake_secs, .tls = tls,
       .handover_fd = hfd, .take_over = o->take_over,

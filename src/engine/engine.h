@@ -161,6 +161,16 @@ struct pdio_thread_config {
    */
   size_t pool_bytes;
   unsigned ring_entries;        /* 0 = PDIO_RING_DEFAULT */
+  /* Chunks of 2 MiB of the buffer region kept resident, registered and
+   * locked in memory (mlock) for the thread's whole life, never given
+   * back by pdio_thread_trim: pdio_buf_get calls that fit them allocate
+   * nothing and fault nothing in, however long the thread was idle (a
+   * server's forward progress under memory pressure).  0: none.  If the
+   * memlock limit refuses the lock, that is logged once and the reserve
+   * is kept resident, unlocked (and unregistered if the limit refused
+   * that too).
+   */
+  unsigned reserve_chunks;
 };
 #define PDIO_POOL_DEFAULT ((size_t) 64 << 20)
 #define PDIO_POOL_BOUNCE_ONLY ((size_t) 1)
@@ -253,14 +263,17 @@ extern void pdio_thread_on_buf_free (struct pdio_thread *t,
  * or more (about: the age is counted from the last call's now) by the
  * caller's clock now (seconds, never decreasing): they are unregistered
  * and their pages returned to the kernel, to come back zeroed when
- * needed.  For a loop's periodic tick: a pass over a few dozen chunks, no
- * system call unless something is given back.  Returns the bytes given
- * back.
+ * needed; never the reserve (reserve_chunks).  For a loop's periodic
+ * tick: a pass over a few dozen chunks, no system call unless something
+ * is given back.  Returns the bytes given back.
  */
 extern size_t pdio_thread_trim (struct pdio_thread *t, uint64_t now,
                                 unsigned idle_secs);
-/* Bytes of the pool now resident (in use since last given back). */
+/* Bytes of the pool now resident (in use since last given back, or
+ * reserved), and of those the reserve: equal once all else went back.
+ */
 extern size_t pdio_thread_pool_resident (const struct pdio_thread *t);
+extern size_t pdio_thread_pool_reserved (const struct pdio_thread *t);
 
 /* ---- requests --------------------------------------------------------------- */
 

@@ -76,6 +76,7 @@ struct pdio_image {
    */
   int watch_fd;
   _Atomic uint64_t watch_gen;
+  atomic_bool told_unlocked;    /* logged that a reserve is not locked */
   struct range_lock lock;
   struct helper helper;         /* blocking calls, off the workers */
   atomic_uint threads;          /* pdio_threads alive */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -315,10 +316,31 @@ reap (struct pdio_thread *t)
   return n;
 }
 
+/* The stash holds a CQ's worth from the start (pdio_thread_new), all a
+ * ring posts until it overflows; beyond that it doubles, if memory
+ * allows.
+ */
+static void
+stash_grow (struct pdio_thread *t, size_t want)
+{
+  size_t cap = t->stash_cap ? t->stash_cap * 2 : 2 * CQE_BATCH;
+  struct cqe_copy *p;
+
+  while (cap < want)
+    cap *= 2;
+  p = realloc (t->stash, cap * sizeof *p);
+  if (p == NULL)
+    return;
+  t->stash = p;
+  t->stash_cap = cap;
+}
+
 /* Takes every CQE there is off the CQ into the stash, undispatched: the
  * caller is in the middle of a step (a front end's handler, a request
  * being started), and handlers must not run inside it.  The next reap
- * dispatches the stash first.  Returns how many, or -ENOMEM.
+ * dispatches the stash first.  What the stash cannot hold stays on the
+ * CQ, for the next reap.  Returns how many were taken, or -ENOMEM if
+ * none could be.
  */
 static int
 stash_cqes (struct pdio_thread *t)
@@ -333,18 +355,12 @@ stash_cqes (struct pdio_thread *t)
   t->fault_busy_owed = false;
 #endif
   while ((got = io_uring_peek_batch_cqe (&t->ring, cqes, CQE_BATCH)) > 0) {
-    if (t->stash_n + got > t->stash_cap) {
-      size_t cap = t->stash_cap ? t->stash_cap * 2 : 2 * CQE_BATCH;
-      struct cqe_copy *p;
-
-      while (cap < t->stash_n + got)
-        cap *= 2;
-      p = realloc (t->stash, cap * sizeof *p);
-      if (p == NULL)
-        return -ENOMEM;
-      t->stash = p;
-      t->stash_cap = cap;
-    }
+    if (t->stash_n + got > t->stash_cap)
+      stash_grow (t, t->stash_n + got);
+    if (t->stash_n + got > t->stash_cap)
+      got = t->stash_cap - t->stash_n;
+    if (got == 0)
+      return n ? n : -ENOMEM;
     for (i = 0; i < got; i++)
       t->stash[t->stash_n++] = (struct cqe_copy) {
         io_uring_cqe_get_data (cqes[i]), cqes[i]->res, cqes[i]->flags,
@@ -585,6 +601,12 @@ pdio_thread_pool_resident (const struct pdio_thread *t)
   return t->pool.live_bytes;
 }
 
+size_t
+pdio_thread_pool_reserved (const struct pdio_thread *t)
+{
+  return t->pool.reserved_bytes;
+}
+
 void *
 thread_get_bounce (struct pdio_thread *t, size_t len)
 {
@@ -668,6 +690,30 @@ thread_set_backend (struct pdio_thread *t, const struct io_backend *b,
   t->backend_state = state;
 }
 
+/* The pool's reserve: resident whatever happens, registered and locked
+ * unless the memlock limit says no (it counts both), which is said once
+ * per image.
+ */
+static void
+reserve (struct pdio_thread *t, unsigned chunks)
+{
+  int r = pool_reserve (&t->pool, chunks);
+  struct rlimit lim;
+
+  if (r == 0 || atomic_exchange (&t->img->told_unlocked, true))
+    return;
+  if (getrlimit (RLIMIT_MEMLOCK, &lim) < 0)
+    lim.rlim_cur = RLIM_INFINITY;
+  if (lim.rlim_cur == RLIM_INFINITY)
+    engine_warning (t->img, "cannot lock the pool's reserve in memory (%s): "
+                    "it is kept resident, but not locked", strerror (-r));
+  else
+    engine_warning (t->img, "cannot lock the pool's reserve in memory (%s; "
+                    "the memlock limit is %llu KiB): it is kept resident, "
+                    "but not locked", strerror (-r),
+                    (unsigned long long) lim.rlim_cur >> 10);
+}
+
 int
 pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
                  struct pdio_thread **tp)
@@ -729,12 +775,26 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
     if (t->file_on_ring && t->pool.size > bounce)
       t->fixed_buf =
         io_uring_register_buffers_sparse (&t->ring, t->pool.nchunks) == 0;
+    /* Reaping into the stash is what frees the CQ when the kernel
+     * refuses submissions: it must not wait for memory then.  Touched,
+     * so resident.
+     */
+    t->stash_cap = t->ring.cq.ring_entries;
+    t->stash = malloc (t->stash_cap * sizeof *t->stash);
+    if (t->stash == NULL) {
+      r = -ENOMEM;
+      goto fail;
+    }
+    memset (t->stash, 0, t->stash_cap * sizeof *t->stash);
     efd_arm (t);
     watch_arm (t);
   }
   else if (img->backend == PDIO_BACKEND_URING)
     engine_debug (img, "io_uring setup failed in this thread (%s): it uses "
                   "psync", strerror (-r));
+  /* After the sparse table: the reserve is registered as it is made. */
+  if (cfg && cfg->reserve_chunks)
+    reserve (t, cfg->reserve_chunks);
   atomic_fetch_add (&img->threads, 1);
   t->counted = true;
   *tp = t;

@@ -6,7 +6,7 @@
  * the size the command was judged against (cmd->size, PDIO_SIZED), so a
  * resize never shows one command two sizes.
  *
- * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed, so that what
+ * A READ or WRITE longer than NBD_STREAM_OVER is streamed, so that what
  * it holds does not grow with its length: its data goes through
  * NBD_STREAM_SLOTS pieces' buffers in turn.
  *   WRITE: a PDIO_OP_LOCK request holds its whole range from the start
@@ -42,7 +42,7 @@ bool
 nbd_cmd_streamed (const struct nbd_request *r)
 {
   return (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) &&
-         r->count > NBD_STREAM_CHUNK;
+         r->count > NBD_STREAM_OVER;
 }
 
 size_t
@@ -51,7 +51,7 @@ nbd_cmd_buf_len (const struct nbd_request *r)
   switch (r->type) {
   case NBD_CMD_READ:
   case NBD_CMD_WRITE:
-    return nbd_cmd_streamed (r) ? NBD_STREAM_SLOTS * NBD_STREAM_CHUNK
+    return nbd_cmd_streamed (r) ? NBD_STREAM_SLOTS * NBD_STREAM_PIECE
                                 : r->count;
   case NBD_CMD_BLOCK_STATUS:
     return BLOCK_STATUS_BUF;
@@ -167,8 +167,8 @@ block_status (struct nbd_cmd *cmd)
 }
 
 /* --- streamed READs and WRITEs -------------------------------------------------- */
-/* Pieces end where the image has a multiple of NBD_STREAM_CHUNK, not
- * every NBD_STREAM_CHUNK bytes of the request: so two pieces in flight
+/* Pieces end where the image has a multiple of NBD_STREAM_PIECE, not
+ * every NBD_STREAM_PIECE bytes of the request: so two pieces in flight
  * together never share a block of the direct-I/O alignment (at most
  * 1 MiB), which both would read, patch and write back (PDIO_HELD takes no
  * range lock to keep them apart), and the pieces of an aligned request
@@ -177,14 +177,14 @@ block_status (struct nbd_cmd *cmd)
 static uint32_t
 piece_no (const struct nbd_cmd *cmd, uint32_t pos)
 {
-  return (cmd->nbd.offset % NBD_STREAM_CHUNK + pos) / NBD_STREAM_CHUNK;
+  return (cmd->nbd.offset % NBD_STREAM_PIECE + pos) / NBD_STREAM_PIECE;
 }
 
 static uint32_t
 piece_len (const struct nbd_cmd *cmd, uint32_t pos)
 {
-  uint32_t to_boundary = NBD_STREAM_CHUNK -
-    (cmd->nbd.offset + pos) % NBD_STREAM_CHUNK;
+  uint32_t to_boundary = NBD_STREAM_PIECE -
+    (cmd->nbd.offset + pos) % NBD_STREAM_PIECE;
 
   return cmd->nbd.count - pos < to_boundary ? cmd->nbd.count - pos
                                             : to_boundary;
@@ -498,7 +498,7 @@ stream_start (struct nbd_cmd *cmd)
 
   for (unsigned i = 0; i < NBD_STREAM_SLOTS; i++) {
     st->slot[i].cmd = cmd;
-    st->slot[i].buf = (uint8_t *) cmd->buf + i * NBD_STREAM_CHUNK;
+    st->slot[i].buf = (uint8_t *) cmd->buf + i * NBD_STREAM_PIECE;
     st->slot[i].state = SLOT_FREE;
   }
   if (r->type == NBD_CMD_READ) {

@@ -19,23 +19,27 @@ struct conn;
 struct worker;
 struct nbd_cmd;
 
-/* A READ or WRITE longer than this is streamed: its data goes through
- * NBD_STREAM_SLOTS buffers of this size in turn, some on the disk while
- * the others are on the socket, so what it holds does not grow with its
- * length.  2 MiB is the pool's chunk (each slot is one registered fixed
- * buffer, zero-copy) and the engine's bounce cap (an unaligned request is
- * cut at 2 MiB anyway); at that size a system call per piece costs nothing
- * next to its copy.  Two slots: 8 MiB reads then measured 0.87-0.98x
- * the unstreamed path on a quiet machine (less on a loaded one, where
- * four kept up), but with four (an 8 MiB pool block per request) a mixed
- * load's blocks spread over the pool, and a server running 64 MiB
- * requests peaked at 54 MiB RSS against 23-32 MiB with two.  Requests up
- * to NBD_STREAM_CHUNK take the path they always took.
+/* A READ or WRITE longer than NBD_STREAM_OVER is streamed: its data goes
+ * through NBD_STREAM_SLOTS buffers of NBD_STREAM_PIECE in turn, some on
+ * the disk while the others are on the socket, so what it holds does not
+ * grow with its length.  Up to NBD_STREAM_OVER, a request takes one buffer
+ * of its length.  Either way a command takes at most one pool chunk
+ * (2 MiB), so that the one chunk a worker keeps in reserve finishes any
+ * request without allocating (pdio_thread_config.reserve_chunks), and
+ * each buffer is one registered fixed buffer, zero-copy.  A piece is
+ * within the engine's bounce cap, so an unaligned piece is one chunk of
+ * the engine's; at 1 MiB a system call per piece is still small next to
+ * its copy.  Two slots: with four (then of 2 MiB), a mixed load's 8 MiB
+ * blocks spread over the pool, and a server running 64 MiB requests
+ * peaked at 54 MiB RSS against 23-32 MiB with two.
  */
-#define NBD_STREAM_CHUNK ((size_t) 2 << 20)
+#define NBD_STREAM_OVER ((size_t) 2 << 20)
+#define NBD_STREAM_PIECE ((size_t) 1 << 20)
 #define NBD_STREAM_SLOTS 2
 /* The most pool memory one command takes, whatever its length. */
-#define NBD_CMD_BUF_MAX (NBD_STREAM_SLOTS * NBD_STREAM_CHUNK)
+#define NBD_CMD_BUF_MAX NBD_STREAM_OVER
+_Static_assert (NBD_STREAM_SLOTS * NBD_STREAM_PIECE <= NBD_CMD_BUF_MAX,
+                "a streamed command's slots exceed NBD_CMD_BUF_MAX");
 
 /* One piece's buffer: piece k of a request is in slot k % NBD_STREAM_SLOTS. */
 enum slot_state {
@@ -49,7 +53,7 @@ enum slot_state {
 struct stream_slot {
   struct pdio_req er;
   struct nbd_cmd *cmd;
-  uint8_t *buf;                 /* NBD_STREAM_CHUNK of cmd's buf */
+  uint8_t *buf;                 /* NBD_STREAM_PIECE of cmd's buf */
   enum slot_state state;
   uint32_t pos, len;            /* the piece: [pos, pos+len) of the request */
   uint32_t got;                 /* WRITE: bytes received */
@@ -68,6 +72,7 @@ struct nbd_stream {
   uint32_t sent;                /* READ: data bytes sent */
   int err;                      /* the first error (-errno) */
   struct stream_slot slot[NBD_STREAM_SLOTS];
+  struct nbd_stream *next_free; /* the connection's free list (conn.c) */
 };
 
 struct nbd_cmd {

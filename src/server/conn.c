@@ -49,7 +49,7 @@
  * goes back to the pool when the engine is done (WRITE) or the reply is
  * sent (READ).  Replies go out in completion order, not request order.
  *
- * A READ or WRITE longer than NBD_STREAM_CHUNK is streamed (cmd.c): its
+ * A READ or WRITE longer than NBD_STREAM_OVER is streamed (cmd.c): its
  * memory is a few pieces' buffers, whatever its length.  A WRITE's
  * payload is received piece by piece into whichever buffer is free (none:
  * no receive until a piece is on disk); a READ's reply is queued once,
@@ -61,7 +61,13 @@
  * Backpressure: when the pool says no, or the connection holds
  * CONN_MAX_REQUESTS requests or CONN_MAX_POOL_BYTES of memory, it stops
  * receiving (RX_STALLED, on its worker's stalled list) and the worker
- * retries it after its next round of completions.
+ * retries it after its next round of completions.  So it does when a
+ * request's state cannot be had: a connection starts with one command
+ * and one stream's state (the largest request needs no more), and keeps
+ * every one it used on free lists until it closes, so that requests
+ * after the first few allocate nothing, however long it was idle; one
+ * that would allocate and cannot waits, as for pool memory, rather than
+ * hang up.
  *
  * The worker's lists of connections (struct conn_lists) are this file's:
  * the worker only calls conn_list_*.
@@ -175,6 +181,7 @@ struct conn {
 
   /* Commands and memory. */
   STAILQ_HEAD (, nbd_cmd) free_cmds;
+  struct nbd_stream *free_streams;
   unsigned n_cmds;              /* between header and freeing */
   unsigned n_running;           /* started, not yet done */
   size_t pool_held;             /* pdio_buf_cost of their memory */
@@ -281,6 +288,7 @@ submit_send (struct conn *c, size_t iovcnt)
 }
 
 /* --- commands ----------------------------------------------------------------- */
+/* NULL if there is no memory for it now. */
 static struct nbd_cmd *
 nbd_cmd_new (struct conn *c)
 {
@@ -295,6 +303,29 @@ nbd_cmd_new (struct conn *c)
   cmd->c = c;
   c->n_cmds++;
   return cmd;
+}
+
+/* A streamed command's state, zeroed; NULL if there is no memory now. */
+static struct nbd_stream *
+stream_new (struct conn *c)
+{
+  struct nbd_stream *st = c->free_streams;
+
+  if (st == NULL)
+    return calloc (1, sizeof *st);
+  c->free_streams = st->next_free;
+  memset (st, 0, sizeof *st);
+  return st;
+}
+
+static void
+stream_free (struct conn *c, struct nbd_cmd *cmd)
+{
+  if (cmd->stream) {
+    cmd->stream->next_free = c->free_streams;
+    c->free_streams = cmd->stream;
+    cmd->stream = NULL;
+  }
 }
 
 static void
@@ -312,8 +343,7 @@ static void
 nbd_cmd_free (struct conn *c, struct nbd_cmd *cmd)
 {
   release_buf (c, cmd);
-  free (cmd->stream);
-  cmd->stream = NULL;
+  stream_free (c, cmd);
   c->n_cmds--;
   STAILQ_INSERT_HEAD (&c->free_cmds, cmd, link);
 }
@@ -387,6 +417,7 @@ conn_free (struct conn *c, bool close_socket)
 {
   struct worker *w = c->w;
   struct nbd_cmd *cmd;
+  struct nbd_stream *stream;
 
   drop_queue (c);
   if (c->rx_cmd)
@@ -394,6 +425,10 @@ conn_free (struct conn *c, bool close_socket)
   while ((cmd = STAILQ_FIRST (&c->free_cmds)) != NULL) {
     STAILQ_REMOVE_HEAD (&c->free_cmds, link);
     free (cmd);
+  }
+  while ((stream = c->free_streams) != NULL) {
+    c->free_streams = stream->next_free;
+    free (stream);
   }
   if (w->ctx->log.debug) {
     /* As the plugin does at each close: the tests read these. */
@@ -913,8 +948,7 @@ conn_cmd_done (struct nbd_cmd *cmd)
    */
   if (cmd->nbd.type == NBD_CMD_WRITE) {
     release_buf (c, cmd);
-    free (cmd->stream);
-    cmd->stream = NULL;
+    stream_free (c, cmd);
   }
   if (c->phase == CONN_DEAD) {
     nbd_cmd_free (c, cmd);
@@ -1007,6 +1041,19 @@ conn_stream_end (struct nbd_cmd *cmd)
   maybe_end (c);
 }
 
+/* A request's state could not be allocated: the pending header waits,
+ * as for pool memory, and is tried again after the next round of
+ * completions (or the worker's tick), when memory may be back.  Hanging
+ * up would lose the client's requests in flight; waiting costs nothing.
+ */
+static void
+no_memory (struct conn *c)
+{
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: no memory for a "
+              "request's state: it waits", c->fd);
+  stall (c);
+}
+
 /* The pending header: refuse it, or get what it needs and start it; or
  * stall until that is available.  The caller must not touch c afterwards.
  */
@@ -1051,7 +1098,7 @@ start_request (struct conn *c)
   if (cmd == NULL) {
     if (buf)
       pdio_buf_put (thr (c), buf, need);
-    conn_abort (c, "out of memory");
+    no_memory (c);
     return;
   }
   cmd->nbd = *r;
@@ -1061,9 +1108,9 @@ start_request (struct conn *c)
   cmd->buf_len = need;
   c->pool_held += need ? pdio_buf_cost (need) : 0;
   if (v.error == 0 && nbd_cmd_streamed (r) &&
-      (cmd->stream = calloc (1, sizeof *cmd->stream)) == NULL) {
+      (cmd->stream = stream_new (c)) == NULL) {
     nbd_cmd_free (c, cmd);
-    conn_abort (c, "out of memory");
+    no_memory (c);
     return;
   }
 
@@ -1315,6 +1362,20 @@ conn_init (struct conn *c, struct worker *w, int fd)
   w->conns.n++;
 }
 
+/* What the largest request needs, so that requests one at a time never
+ * allocate.  false if there is no memory.
+ */
+static bool
+conn_prealloc (struct conn *c)
+{
+  struct nbd_cmd *cmd = malloc (sizeof *cmd);
+
+  c->free_streams = calloc (1, sizeof *c->free_streams);
+  if (cmd)
+    STAILQ_INSERT_HEAD (&c->free_cmds, cmd, link);
+  return cmd && c->free_streams;
+}
+
 void
 conn_new (struct worker *w, int fd)
 {
@@ -1328,6 +1389,12 @@ conn_new (struct worker *w, int fd)
     return;
   }
   conn_init (c, w, fd);
+  if (!conn_prealloc (c)) {
+    worker_log (w, PDIO_LOG_ERROR, "connection refused: out of memory");
+    c->phase = CONN_DEAD;
+    conn_free (c, true);
+    return;
+  }
   c->phase = CONN_HANDSHAKE;
   /* A new connection is offered the image's size as it is now, read
    * afresh: after the image grows, the next connection sees it, and that
@@ -1372,6 +1439,14 @@ conn_adopt (struct worker *w, struct handover_conn *h)
   /* Counted in as if accepted here (conn_free counts it out). */
   atomic_fetch_add (w->ctx->live, 1);
   conn_init (c, w, h->fd);
+  if (!conn_prealloc (c)) {
+    worker_log (w, PDIO_LOG_ERROR, "connection taken over, then lost: out of "
+                "memory");
+    free (h->payload);
+    c->phase = CONN_DEAD;
+    conn_free (c, true);
+    return;
+  }
   c->phase = CONN_TRANSMISSION;
   c->s = h->s;
   memcpy (c->hdr, h->hdr, NBD_REQUEST_LEN);

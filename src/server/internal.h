@@ -68,6 +68,7 @@ struct server_ctx {
   bool can_extents;
   struct pdio_log log;
   size_t pool_bytes;
+  unsigned reserve_chunks;      /* pdio_thread_config.reserve_chunks */
   unsigned handshake_secs;
   const struct pdio_tls *tls;   /* NULL: STARTTLS is refused */
   /* Connections accepted and not yet closed, against max_connections:

@@ -350,6 +350,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   atomic_uint live = 0;
   struct server_ctx ctx = {
     .img = cfg->img, .log = cfg->log, .pool_bytes = cfg->pool_bytes,
+    .reserve_chunks = cfg->reserve_chunks,
     .handshake_secs = cfg->handshake_secs ? cfg->handshake_secs
                                           : PDIO_SERVER_HANDSHAKE_SECS,
     .tls = cfg->tls, .live = &live,

@@ -22,6 +22,8 @@ struct pdio_server_config {
   struct pdio_image *img;       /* opened by the caller, closed by it */
   unsigned threads;             /* workers; 0: one per online CPU */
   size_t pool_bytes;            /* each worker's buffer pool; 0: default */
+  unsigned reserve_chunks;      /* of each worker's pool, kept resident and
+                                   locked (pdio_thread_config); 0: none */
   const char *description;      /* NBD_INFO_DESCRIPTION, or NULL */
   struct pdio_log log;          /* error, warning, debug: any may be NULL */
   unsigned max_connections;     /* more are accepted and closed; 0: default */

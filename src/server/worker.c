@@ -147,14 +147,17 @@ loop (struct worker *w)
       given = w->ctx->keep_memory ? 0
               : pdio_thread_trim (w->t, w->now, WORKER_IDLE_SECS);
       if (given) {
+        size_t resident = pdio_thread_pool_resident (w->t);
+        size_t reserved = pdio_thread_pool_reserved (w->t);
+
         worker_log (w, PDIO_LOG_DEBUG, "worker %u: gave back %zu KiB of pool, "
-                    "%zu KiB resident", w->id, given >> 10,
-                    pdio_thread_pool_resident (w->t) >> 10);
+                    "%zu KiB resident (%zu KiB of it the reserve)", w->id,
+                    given >> 10, resident >> 10, reserved >> 10);
         /* The connections' and requests' state went back to this
          * thread's malloc arena, which keeps the pages: once the worker
          * is idle, hand the free ones back too.  Once per idle period.
          */
-        if (pdio_thread_pool_resident (w->t) == 0)
+        if (resident == reserved)
           malloc_trim (0);
       }
     }
@@ -180,7 +183,10 @@ struct worker_arg {
 static int
 make_thread (struct worker *w)
 {
-  const struct pdio_thread_config cfg = { .pool_bytes = w->ctx->pool_bytes };
+  const struct pdio_thread_config cfg = {
+    .pool_bytes = w->ctx->pool_bytes,
+    .reserve_chunks = w->ctx->reserve_chunks,
+  };
   int err = pdio_thread_new (w->ctx->img, &cfg, &w->t);
 
   if (err) {
@@ -195,7 +201,8 @@ make_thread (struct worker *w)
     err = -ENOSYS;
   }
   /* The largest command's memory must always be available, or a
-   * connection that sends one would wait for it forever.
+   * connection that sends one would wait for it forever; the reserve
+   * holds it, so that none waits for the kernel's memory either.
    */
   else if (pdio_buf_max (w->t) < NBD_CMD_BUF_MAX) {
     worker_log (w, PDIO_LOG_ERROR, "a pool of %zu bytes cannot hold a request's "

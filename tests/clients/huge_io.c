@@ -8,9 +8,9 @@
  * nbd-tester-client's integrityhuge trace (requests over 32 MiB, up to
  * 47.5 MiB) is what this stands in for: Debian ships no nbd-tester-client.
  * Lengths are drawn from a list that has 64 MiB, 47.5 MiB, just over and
- * under 32 MiB, just over and under the server's 2 MiB streaming piece,
- * and a few small ones, plus any length up to 64 MiB; offsets are as often
- * aligned to 512 bytes as not.  Half the requests are writes of fresh
+ * under 32 MiB, just over and under the 2 MiB above which the server
+ * streams (in 1 MiB pieces), and a few small ones, plus any length up to
+ * 64 MiB; offsets are as often aligned to 512 bytes as not.  Half the requests are writes of fresh
  * data (some FUA); reads are compared with the shadow as they complete.
  * Up to DEPTH (2) requests are in flight, never two overlapping ones, so
  * every outcome is determined.  At the end the whole export is read back

@@ -62,6 +62,9 @@
  *   watchdog-ignores-stall  the watchdog replaces a server that has not
  *                         answered for 10 s however stalled (D state,
  *                         memory pressure) it is, as it used to
+ *   no-reserve            pdio serve's workers keep no pool reserve: an
+ *                         idle server pins nothing, and the first write
+ *                         after its pool went back faults a chunk in
  *
  * And one test setting, read from its own variable: PDIO_BOUNCE_CANARY=1
  * has pdio serve fill free bounce pages with 0xa5 (faults/canary.tap and

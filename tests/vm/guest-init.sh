@@ -568,9 +568,15 @@ fe_list() {
 
 # What an idle device costs, as pdio list --json reports it: once the
 # filesystem work is over, its server and supervisor hold at most 4 MiB
-# of PSS together, and the server pins nothing.  A bound, polled until
-# it holds (the server gives its pool back 5 s after its last request;
-# ext4 may still write for a while after mount), never a timing.
+# of PSS together, and the server pins its reserve and nothing more: its
+# one worker's 2 MiB pool chunk, registered (VmPin) and locked with the
+# chunk's two pages of allocator bookkeeping (VmLck), so that the first
+# write after idle allocates nothing.  A bound, polled until it holds (the
+# server gives the rest of its pool back 5 s after its last request;
+# ext4 may still write for a while after mount), never a timing.  Fails
+# with run.sh --break no-reserve (VmPin 0 kB until the deadline).
+FE_RESERVE_PIN_KB=2048
+FE_RESERVE_LCK_KB=$((FE_RESERVE_PIN_KB + 8))
 fe_idle_memory() {
     pid=$(fe_pid)
     end=$(($(uptime_s) + 300))
@@ -585,15 +591,17 @@ fe_idle_memory() {
             esac
         done
         pin=$(awk '/^VmPin:/ { print $2 }' "/proc/$pid/status")
+        lck=$(awk '/^VmLck:/ { print $2 }' "/proc/$pid/status")
         total=$(($1 + $2))
-        [ "$total" -gt $((4 << 20)) ] || [ "$pin" != 0 ] || break
+        [ "$total" -gt $((4 << 20)) ] || [ "$pin" != $FE_RESERVE_PIN_KB ] ||
+            [ "$lck" != $FE_RESERVE_LCK_KB ] || break
         if [ "$(uptime_s)" -ge "$end" ]; then
-            echo "after 300 s: PSS server $1 + supervisor $2 = $total bytes, VmPin $pin kB"
+            echo "after 300 s: PSS server $1 + supervisor $2 = $total bytes, VmPin $pin kB (want $FE_RESERVE_PIN_KB), VmLck $lck kB (want $FE_RESERVE_LCK_KB)"
             return 1
         fi
         sleep 2
     done
-    detail "idle device: PSS server $1 + supervisor $2 = $total bytes (RSS $3, $4), server VmPin 0"
+    detail "idle device: PSS server $1 + supervisor $2 = $total bytes (RSS $3, $4), server VmPin $pin kB and VmLck $lck kB: its reserve"
 }
 
 # Attaching the same image again is refused by the image's claim, by its
@@ -998,7 +1006,7 @@ scenario_cli() {
     step "cli: pdio list and list --json show it" fe_list
     step "cli: a second attach of the image is refused, by any path, naming the holder" fe_double
     step "cli: mkfs.ext4, mount, write files, remount, every checksum verified" fe_fs
-    step "cli: idle, server + supervisor within 4 MiB PSS, nothing pinned (pdio list --json)" fe_idle_memory
+    step "cli: idle, server + supervisor within 4 MiB PSS, the server's reserve pinned and nothing more (pdio list --json)" fe_idle_memory
     step "cli: pdio detach of the mounted device is refused" fe_detach_mounted
     step "cli: unmount, pdio detach: device, server and state gone, fincore 0" fe_detach
     step "cli: reattach at once plus a read-only image, pdio detach --all" fe_detach_all
@@ -2491,6 +2499,8 @@ scenario_systemd() {
 # per pdio attach, and losetup -f --show's in the same guest.
 #
 # Shown to fail with run.sh --break (tests/vm/breaks.c):
+#   no-reserve        the servers keep no pool reserve: the PSS step fails
+#                     (each server's VmPin 0 kB, VmLck 0 kB)
 #   attach-no-lock    no claim on the image: the one-image race fails (seen:
 #                     none of the 8 won, as the losers' cleanup removed
 #                     the server files all of them had named after the
@@ -2647,13 +2657,15 @@ od_list() {
 }
 
 # Every device has its server and supervisor; their PSS summed after the
-# I/O and 10 s of idleness (a worker gives its pool back after 5 s).
-# The target is 4 MiB per idle device (server + supervisor PSS), each
-# device on its own; 10 s is twice the pool's idle period.
+# I/O and 10 s of idleness (a worker gives its pool back after 5 s, all
+# but its reserve).  The target is 4 MiB per idle device (server +
+# supervisor PSS), each device on its own; 10 s is twice the pool's idle
+# period.  Each server (one worker: one connection) pins and locks its
+# reserve and nothing more (as fe_idle_memory).
 OD_PSS_MAX_KIB=4096
 od_pss() {
     sleep 10
-    total=0 n=0 max=0 maxdev=
+    total=0 n=0 max=0 maxdev= bad=0 first_bad=
     while read -r i d; do
         s=$(od_field "$d" server_pid)
         v=$(od_field "$d" supervisor_pid)
@@ -2662,12 +2674,19 @@ od_pss() {
         p=$(($(od_pss_kib "$s") + $(od_pss_kib "$v")))
         total=$((total + p))
         [ "$p" -le "$max" ] || { max=$p maxdev=$d; }
+        pin=$(awk '/^VmPin:/ { print $2 }' "/proc/$s/status")
+        lck=$(awk '/^VmLck:/ { print $2 }' "/proc/$s/status")
+        if [ "$pin $lck" != "$FE_RESERVE_PIN_KB $FE_RESERVE_LCK_KB" ]; then
+            bad=$((bad + 1))
+            first_bad=${first_bad:-"$d: VmPin $pin kB, VmLck $lck kB"}
+        fi
         n=$((n + 1))
     done < "$STATE/od.devs"
     echo "$((total / n))" > "$STATE/od.pss_kib"
-    detail "$n servers and supervisors alive; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev; limit $OD_PSS_MAX_KIB)"
+    detail "$n servers and supervisors alive; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev; limit $OD_PSS_MAX_KIB); each server's VmPin $FE_RESERVE_PIN_KB kB and VmLck $FE_RESERVE_LCK_KB kB${first_bad:+ but for $bad (first $first_bad)}"
     [ "$n" = "$OD_N" ]
     [ "$max" -le "$OD_PSS_MAX_KIB" ]
+    [ "$bad" = 0 ]
 }
 
 od_detach_all() {
@@ -2872,7 +2891,7 @@ scenario_ondemand() {
     step "ondemand: $OD_N pdio attach, one after another: distinct devices, made on demand past nbds_max" od_attach_all
     step "ondemand: ext4 on $OD_FS at once, files verified; 4 KiB read back on the rest, and in the images" od_io
     step "ondemand: pdio list and --json show all $OD_N" od_list
-    step "ondemand: every device's server and supervisor alive; PSS after I/O and idleness at most 4 MiB per device" od_pss
+    step "ondemand: every device's server and supervisor alive; PSS after I/O and idleness at most 4 MiB per device, each server pinning its reserve and nothing more" od_pss
     step "ondemand: pdio detach --all: no device (made ones destroyed), server, supervisor or state; fincore 0" od_detach_all
     step "ondemand: losetup -f --show on the same $OD_N images, for comparison" od_losetup
     step "ondemand: $OD_PAR pdio attach at once: all succeed, distinct devices" od_concurrent_attach
