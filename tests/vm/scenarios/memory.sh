@@ -61,6 +61,7 @@ MEM_CG=/sys/fs/cgroup/pdio-test-writer
 MEM_CG_MAX_MIB=384
 MEM_CG_HOG_MIB=360                      # close to the limit
 MEM_CYCLES=${MEM_CYCLES:-10}           # per variant (run.sh: PDIO_VM_MEM_CYCLES)
+MEM_REF_CYCLES=2                        # of the loop device's reference
 MEM_GLOBAL_SLACK_MIB=64                 # the global hog: MemAvailable less this
 MEM_SWAP_IMG_MIB=768
 MEM_SWAP_OVER_MIB=256                   # the swap hog: MemAvailable plus this
@@ -348,8 +349,14 @@ mem_hog_start() {
     echo $! > "$STATE/mem.hog"
 }
 # For wait_until: the hog holds 90 % of what it asked for, or the OOM
-# killer has had to act.
+# killer has had to act.  If it took a pdio process the cycle has failed
+# already: the hog goes at once, so that the machine recovers for the
+# steps after (or the OOM killer goes on to this test's own processes).
 mem_hog_up() {
+    if dmesg | grep -q 'Killed process [0-9]* (\(pdio\|pdio-supervise\|nbdkit\))'; then
+        mem_hog_stop
+        return 0
+    fi
     [ "$(mem_hog_rss)" -ge $(($1 * 1024 * 9 / 10)) ] && return 0
     dmesg | grep -q 'Killed process [0-9]'
 }
@@ -378,6 +385,17 @@ mem_attach() {
     : > "$STATE/mem.stuck"
     mem_hog_stop
     truncate -s "${MEM_IMG_MIB}M" "$MEM_IMG"
+    if [ "$MEM_PLACE" = loop ]; then
+        [ "$MEM_WHERE" = global ] || mem_cg_make
+        # By its path: busybox sh would run its own applet.
+        /usr/sbin/losetup -f --show "$MEM_IMG" > "$STATE/mem.dev"
+        mem_bounded 120 mkfs.ext4 -F -q "$(mem_dev)"
+        mount -t ext4 -o noinit_itable "$(mem_dev)" "$MNT"
+        sync
+        mem_kmsg_reset
+        detail "$(mem_dev) over $MEM_IMG: the kernel's loop driver, no server"
+        return 0
+    fi
     flags=""
     [ "$MEM_PLACE" != keep ] || flags=$MEM_ATTACH_KEEP_CGROUP
     if [ "$MEM_WHERE" = cgroup ]; then
@@ -414,20 +432,23 @@ mem_cycle() {
     n=$1 label=$2
     mem_not_stuck
     mem_hog_stop
-    srv=$(mem_field server_pid)
-    [ "$srv" = "$(cat "$STATE/mem.srv0")" ] || { echo "the server changed: $(cat "$STATE/mem.srv0") -> $srv ($(mem_field reason))"; return 1; }
     cg=none; [ "$MEM_WHERE" = global ] || cg=$MEM_CG
     dmesg -c >> "$LOGS/memory-kmsg.log" || true
     : > "$STATE/mem.kmsg"
-
-    t0=$(mem_now)
-    rm -f "$STATE/mem.stat"
-    d=$(mem_dev)
-    wait_until "$MEM_IDLE_MAX" mem_given_back "${d#/dev/}" "$srv" ||
-        { echo "not idle, or VmPin $(mem_status "$srv" VmPin) kB > $MEM_RESERVE_KIB kB, after $MEM_IDLE_MAX s"; return 1; }
-    idle=$(($(mem_now) - t0))
-    pin=$(mem_status "$srv" VmPin) pss=$(mem_pss_kib "$srv") anon=$(mem_status "$srv" RssAnon)
+    idle=0 server=""
+    if [ "$MEM_PLACE" != loop ]; then
+        srv=$(mem_field server_pid)
+        [ "$srv" = "$(cat "$STATE/mem.srv0")" ] || { echo "the server changed: $(cat "$STATE/mem.srv0") -> $srv ($(mem_field reason))"; return 1; }
+        t0=$(mem_now)
+        rm -f "$STATE/mem.stat"
+        d=$(mem_dev)
+        wait_until "$MEM_IDLE_MAX" mem_given_back "${d#/dev/}" "$srv" ||
+            { echo "not idle, or VmPin $(mem_status "$srv" VmPin) kB > $MEM_RESERVE_KIB kB, after $MEM_IDLE_MAX s"; return 1; }
+        idle=$(($(mem_now) - t0))
+        server=" (server VmPin $(mem_status "$srv" VmPin) kB, PSS $(mem_pss_kib "$srv") kB, RssAnon $(mem_status "$srv" RssAnon) kB)"
+    fi
     avail=$(mem_avail_mib)
+    oom0=$(mem_oom_events "$cg")
 
     rc=0
     mem_bounded "$MEM_SYNC_MAX" mem_in "$cg" dd if="$MEM_SRC" of="$MNT/data" bs=1M iflag=direct status=none || rc=$?
@@ -458,8 +479,9 @@ mem_cycle() {
     mem_hog_stop
     mem_kmsg
     mem_kmsg_counts
+    oom=$(($(mem_oom_events "$cg") - oom0))
     failed=""; [ "$rc" = 0 ] || failed=" (exit $rc)"
-    tap_diag "$label cycle $n: sync $(mem_secs "$synced") s$failed; write $(mem_secs "$wrote") s; hog ${hog} MiB, $((hog_kib / 1024)) MiB resident after $(mem_secs "$fill") s; OOM kills $ooms (of pdio: $pdio_ooms), allocation failures $noio; /proc/pressure/memory: $psi${cpsi:+; cgroup: $cpsi}"
+    tap_diag "$label cycle $n: sync $(mem_secs "$synced") s$failed; write $(mem_secs "$wrote") s; hog ${hog} MiB, $((hog_kib / 1024)) MiB resident after $(mem_secs "$fill") s; OOM events $oom, kills $ooms (of pdio: $pdio_ooms), allocation failures $noio; /proc/pressure/memory: $psi${cpsi:+; cgroup: $cpsi}"
     [ "$rc" = 0 ] || { echo "sync: exit $rc after $(mem_secs "$synced") s"; mem_kmsg_verdict || true; return 1; }
 
     rc=0
@@ -471,12 +493,29 @@ mem_cycle() {
     rm -f "$MNT/data"
     mem_bounded "$MEM_SYNC_MAX" sync
     echo "$events"
-    detail "idle $(mem_secs "$idle") s (server VmPin $pin kB, PSS $pss kB, RssAnon $anon kB), MemAvailable $avail MiB; write $(mem_secs "$wrote") s; hog $hog MiB ($filled: $((hog_kib / 1024)) MiB in $(mem_secs "$fill") s); sync $(mem_secs "$synced") s; read back $(mem_secs "$read_t") s: $good; OOM kills $ooms, hung tasks $hung"
+    detail "idle $(mem_secs "$idle") s$server, MemAvailable $avail MiB; write $(mem_secs "$wrote") s; hog $hog MiB ($filled: $((hog_kib / 1024)) MiB in $(mem_secs "$fill") s); sync $(mem_secs "$synced") s; read back $(mem_secs "$read_t") s: $good; OOM events $oom, kills $ooms, hung tasks $hung"
     [ "$good" = yes ] || { echo "read back: exit $rc, sha256 $(cat "$STATE/mem.sum" 2>/dev/null) != source"; return 1; }
     mem_kmsg_verdict
+    if [ "$MEM_PLACE" = loop ]; then
+        # The reference: a hog of this size fits when nothing in the
+        # device's path needs memory.
+        [ "$oom" = 0 ] || { echo "the hog needed the OOM killer $oom times without a server: sized too large"; return 1; }
+        return 0
+    fi
     srv1=$(mem_field server_pid)
     [ "$srv1" = "$srv" ] || { echo "the server changed: $srv -> $srv1 ($(mem_field reason))"; return 1; }
     [ "$(mem_field restarts)" = 0 ] || { echo "restarts: $(mem_field restarts) ($(mem_field reason))"; return 1; }
+}
+
+# How many times the OOM killer was invoked: in cgroup CG (memory.events
+# "oom", which counts those that found no victim too), or in the whole
+# machine (none: /proc/vmstat oom_kill).
+mem_oom_events() {
+    if [ "$1" = none ]; then
+        awk '$1 == "oom_kill" { print $2 }' /proc/vmstat
+    else
+        awk '$1 == "oom" { print $2 }' "$1/memory.events"
+    fi
 }
 
 # The supervisor's log of the device, kept on the scratch disk as
@@ -517,6 +556,13 @@ mem_end() {
         return 1
     fi
     mem_hog_stop
+    if [ "$MEM_PLACE" = loop ]; then
+        mem_bounded 120 umount "$MNT"
+        mem_bounded 300 e2fsck -fn "$(mem_dev)"
+        /usr/sbin/losetup -d "$(mem_dev)"
+        [ ! -d "$MEM_CG" ] || wait_until 10 rmdir "$MEM_CG"
+        return 0
+    fi
     srv=$(mem_field server_pid)
     restarts=$(mem_field restarts) reason=$(mem_field reason)
     mem_keep_log "$MEM_WHERE-$MEM_PLACE-$MEM_HOG"
@@ -541,6 +587,9 @@ mem_end() {
 mem_variant() {
     MEM_WHERE=$1 MEM_PLACE=$2 MEM_HOG=$3
     case $1/$2 in
+    */loop) l="memory-$1 reference: a loop device (no server), hog $3"
+            what="losetup, the writer and the hog in the ${MEM_CG_MAX_MIB} MiB cgroup"
+            [ "$1" = cgroup ] || what="losetup" ;;
     cgroup/keep) l="memory-cgroup, attach $MEM_ATTACH_KEEP_CGROUP in the writer's cgroup, hog $3"
                  what="pdio attach $MEM_ATTACH_KEEP_CGROUP run inside a ${MEM_CG_MAX_MIB} MiB cgroup (no swap): server and supervisor stay there" ;;
     cgroup/*) l="memory-cgroup, default placement, hog $3"
@@ -551,14 +600,23 @@ mem_variant() {
     step "$l: $what; mkfs.ext4, mount" mem_attach
     i=1
     while [ "$i" -le "$4" ]; do
-        step "$l: cycle $i: idle give-back, $MEM_WRITE_MIB MiB buffered, hog, sync within $MEM_SYNC_MAX s; read back; no pdio OOM kill, hung task or restart" mem_cycle "$i" "$l"
+        if [ "$2" = loop ]; then
+            step "$l: cycle $i: $MEM_WRITE_MIB MiB buffered, hog, sync, read back: the hog fits (no OOM event), no hung task" mem_cycle "$i" "$l"
+        else
+            step "$l: cycle $i: idle give-back, $MEM_WRITE_MIB MiB buffered, hog, sync within $MEM_SYNC_MAX s; read back; no pdio OOM kill, hung task or restart" mem_cycle "$i" "$l"
+        fi
         i=$((i + 1))
     done
-    step "$l: unmount, e2fsck -fn clean, server never replaced, pdio detach leaves nothing" mem_end
+    if [ "$2" = loop ]; then
+        step "$l: unmount, e2fsck -fn clean, losetup -d" mem_end
+    else
+        step "$l: unmount, e2fsck -fn clean, server never replaced, pdio detach leaves nothing" mem_end
+    fi
 }
 
 scenario_memory_cgroup() {
     step "memory: cgroup2 with the memory controller, PSI, stress-ng; hung-task detector at $MEM_HUNG_TIMEOUT s" mem_setup
+    mem_variant cgroup loop protected "$MEM_REF_CYCLES"
     mem_variant cgroup keep killable "$MEM_CYCLES"
     mem_variant cgroup keep protected "$MEM_CYCLES"
     mem_variant cgroup default killable "$MEM_CYCLES"
@@ -568,6 +626,7 @@ scenario_memory_cgroup() {
 
 scenario_memory_global() {
     step "memory: cgroup2 with the memory controller, PSI, stress-ng; hung-task detector at $MEM_HUNG_TIMEOUT s" mem_setup
+    mem_variant global loop protected "$MEM_REF_CYCLES"
     mem_variant global default killable "$MEM_CYCLES"
     mem_variant global default protected "$MEM_CYCLES"
     step "memory: teardown: no hog, test cgroups removed, console and hung-task detector as before" mem_teardown
