@@ -3114,6 +3114,14 @@ scenario_tls() {
     step "tls: pdio serve exits cleanly after SIGTERM" tls_stop
 }
 
+# --- scenarios in files of their own ------------------------------------------------
+# /pdio/scenarios/*.sh (tests/vm/scenarios/ in the tree): each defines its
+# scenario_NAME functions with the helpers above.
+for f in /pdio/scenarios/*.sh; do
+    # shellcheck disable=SC1090 # copied in by run.sh
+    [ ! -f "$f" ] || . "$f"
+done
+
 # --- the scratch disk -----------------------------------------------------------------
 
 scratch_setup() {

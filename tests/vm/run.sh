@@ -16,7 +16,9 @@
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
 #                       align4096,sector4k,reference,cli,recover,
-#                       nbdkit_recover,handover,crash,mount,partitions,resize,ondemand, and native-ext4, native-xfs, native-fio,
+#                       nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,
+#                       memory (or its parts memory_flags, memory_cgroup,
+#                       memory_global, memory_swap), and native-ext4, native-xfs, native-fio,
 #                       native-align4096, native-sector4k (the same with
 #                       pdio's own server), tls (nbd-client -enable-tls
 #                       against pdio serve on the guest's loopback), and
@@ -43,7 +45,8 @@
 # kernel and the cached part of the initramfs, outside the git tree so every
 # clone on this machine reuses it.  PDIO_VM_FIO_SIZE (per fio job, default
 # 24m) and PDIO_VM_FILES (files per filesystem round trip, default 300) size
-# the workloads.
+# the workloads; PDIO_VM_MEM_CYCLES (default 10) is the memory scenarios'
+# pressure cycles per variant.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -59,6 +62,7 @@ timeout=${PDIO_VM_TIMEOUT:-2400}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
 fio_size=${PDIO_VM_FIO_SIZE:-24m}
 files=${PDIO_VM_FILES:-300}
+mem_cycles=${PDIO_VM_MEM_CYCLES:-10}
 
 usage() { sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
 
@@ -92,6 +96,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|handover|mount|partitions) ;;
     resize|ondemand) ;;
     crash) ;;
+    memory|memory_flags|memory_cgroup|memory_global|memory_swap) ;;
     native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
     tls) ;;
     systemd) ;;
@@ -134,7 +139,7 @@ pdio_broken=$(cd "$(dirname "$pdio_broken")" && pwd)/$(basename "$pdio_broken")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim sfdisk losetup timeout systemctl udevadm dmsetup; do
+        fincore fstrim sfdisk losetup timeout systemctl udevadm dmsetup stress-ng; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
 done
 for f in /lib/systemd/systemd /lib/systemd/systemd-udevd /lib/systemd/system-generators/systemd-fstab-generator \
@@ -209,10 +214,11 @@ fetch_kernel() {
 # test and the fio jobs, so a rebuilt plugin is always the one tested.
 # Uncompressed: TCG unpacks that faster than it inflates gzip.
 
-# Programs the guest runs, from this machine (busybox covers the rest).
+# Programs the guest runs, from this machine (busybox covers the rest;
+# stress-ng is the memory scenarios' hog).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs dmsetup"
+  resize2fs xfs_growfs dmsetup stress-ng"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
@@ -470,6 +476,9 @@ ov=$work/overlay
 rm -rf "$ov" && mkdir -p "$ov/pdio/fio"
 cp "$here/guest-init.sh" "$ov/init"
 chmod 755 "$ov/init"
+# Scenarios kept in files of their own, sourced by the init.
+mkdir -p "$ov/pdio/scenarios"
+cp "$here/scenarios/"*.sh "$ov/pdio/scenarios/"
 cp "$top/tests/lib/tap.sh" "$ov/pdio/tap.sh"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin" "$ov/pdio/broken"
@@ -494,6 +503,7 @@ esac
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
     echo "FIO_SIZE='$fio_size'"
     echo "FILES='$files'"
+    echo "MEM_CYCLES='$mem_cycles'"
     echo "SHELL_ONLY='$shell'"
     echo "PDIO_TEST_BREAK='$break_list'"
     echo "HOST_NBDKIT_VERSION='$(nbdkit --version | awk '{print $2}')'"
@@ -520,8 +530,9 @@ truncate -s 4G "$work/scratch4k.img"
 
 # nowatchdog and the stall/hung-task knobs: TCG on a busy 2-core host is slow
 # enough to trip lockup detectors, which say nothing about nbd; a real oops
-# panics (oops=panic) and ends the run at once.
-append="console=ttyS0 panic=-1 oops=panic nowatchdog rcupdate.rcu_cpu_stall_suppress=1 random.trust_cpu=on"
+# panics (oops=panic) and ends the run at once.  A larger kernel log: the
+# memory scenarios read the OOM killer's reports from it.
+append="console=ttyS0 panic=-1 oops=panic nowatchdog rcupdate.rcu_cpu_stall_suppress=1 random.trust_cpu=on log_buf_len=1M"
 set -- qemu-system-x86_64 -nodefaults -no-user-config -machine pc \
     -accel tcg,thread=multi -cpu "${PDIO_VM_CPU:-qemu64}" -smp 2 -m 2048 \
     -kernel "$vmlinuz" -initrd "$work/initrd.cpio" -append "$append" \
