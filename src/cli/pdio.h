@@ -121,6 +121,10 @@ extern const char *plugin_name (const char *option);
 /* False, with a message naming cmd, if not run as root. */
 extern bool need_root (const char *cmd);
 extern void msleep (unsigned ms);
+/* The first line of a small file (a sysfs or /proc one), without its
+ * newline; false if it cannot be read or is empty of lines.
+ */
+extern bool read_line (const char *path, char *buf, size_t len);
 
 /* --- spawn.c: running programs, watching processes ----------------------- */
 /* The program's path, from $ENV if set, else from PATH, into buf; false

@@ -136,21 +136,6 @@ unlock_cgroups (int fd)
 }
 
 static bool
-read_line (const char *path, char *buf, size_t len)
-{
-  FILE *fp = fopen (path, "re");
-  bool ok;
-
-  if (fp == NULL)
-    return false;
-  ok = fgets (buf, len, fp) != NULL;
-  fclose (fp);
-  if (ok)
-    buf[strcspn (buf, "\n")] = '\0';
-  return ok;
-}
-
-static bool
 write_str (const char *path, const char *s)
 {
   int fd = open (path, O_WRONLY | O_CLOEXEC);

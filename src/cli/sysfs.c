@@ -98,18 +98,9 @@ bool
 nbd_backend (int idx, char *buf, size_t len)
 {
   char path[PATH_MAX];
-  FILE *fp;
-  bool ok;
 
   snprintf (path, sizeof path, "%s/block/nbd%d/backend", sysfs (), idx);
-  fp = fopen (path, "re");
-  if (fp == NULL)
-    return false;
-  ok = fgets (buf, len, fp) != NULL;
-  fclose (fp);
-  if (ok)
-    buf[strcspn (buf, "\n")] = '\0';
-  return ok;
+  return read_line (path, buf, len);
 }
 
 bool
@@ -154,17 +145,9 @@ static bool
 read_devno (const char *dir, char *buf, size_t len)
 {
   char path[PATH_MAX];
-  FILE *fp;
-  bool ok;
 
   snprintf (path, sizeof path, "%s/dev", dir);
-  fp = fopen (path, "re");
-  if (fp == NULL)
-    return false;
-  ok = fgets (buf, len, fp) != NULL;
-  fclose (fp);
-  buf[strcspn (buf, "\n")] = '\0';
-  return ok && buf[0];
+  return read_line (path, buf, len) && buf[0];
 }
 
 /* The mount point of MAJ:MIN from /proc/self/mountinfo, if mounted. */

@@ -163,6 +163,21 @@ need_root (const char *cmd)
   return false;
 }
 
+bool
+read_line (const char *path, char *buf, size_t len)
+{
+  FILE *fp = fopen (path, "re");
+  bool ok;
+
+  if (fp == NULL)
+    return false;
+  ok = fgets (buf, len, fp) != NULL;
+  fclose (fp);
+  if (ok)
+    buf[strcspn (buf, "\n")] = '\0';
+  return ok;
+}
+
 void
 msleep (unsigned ms)
 {
