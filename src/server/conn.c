@@ -1396,14 +1396,9 @@ conn_new (struct worker *w, int fd)
     return;
   }
   c->phase = CONN_HANDSHAKE;
-  /* A new connection is offered the image's size as it is now, read
-   * afresh: after the image grows, the next connection sees it, and that
-   * is how pdio resize gets the server to serve the new size (and learns
-   * that it does) without a channel of its own.
-   */
+  /* The size the accept thread read as it took the connection in. */
   c->export = w->ctx->export;
-  if (pdio_refresh_size (w->ctx->img, &c->export.size) < 0)
-    c->export.size = pdio_size (w->ctx->img);
+  c->export.size = pdio_size (w->ctx->img);
   nbd_hs_init (c->hs, &c->export, pdio_tls_mode (w->ctx->tls));
   worker_log (w, PDIO_LOG_DEBUG, "connection %d: accepted by worker %u", fd,
               w->id);

@@ -235,6 +235,20 @@ accept_loop (const struct server_ctx *ctx, int listen_fd, int handover_fd,
        */
       setsockopt (fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
     }
+    {
+      uint64_t size;
+
+      /* A new connection is offered the image's size as it is now, read
+       * afresh: after the image grows, the next connection sees it, and
+       * that is how pdio resize gets the server to serve the new size
+       * (and learns that it does) without a channel of its own.  Here,
+       * not on the worker, whose ring the fstat would hold up.
+       */
+      if (pdio_refresh_size (ctx->img, &size) < 0)
+        pdio_log_msg (ctx->log.debug, "cannot read the image's size (%s): "
+                      "offering %" PRIu64, strerror (errno),
+                      pdio_size (ctx->img));
+    }
     worker_hand_over (&workers[next], fd);
     next = (next + 1) % n;
   }
