@@ -24,7 +24,9 @@
 #                       against pdio serve on the guest's loopback), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
-#                       (default: all, in that order)
+#                       (default: all, in that order, but of memory only
+#                       memory_flags: the pressure cycles take half an
+#                       hour of their own)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -53,7 +55,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,tls,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,memory_flags,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,tls,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
