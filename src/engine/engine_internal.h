@@ -13,6 +13,7 @@
 #include "io.h"
 #include "pool.h"
 #include "range_lock.h"
+#include "rounding.h"
 
 /* nbdkit never sends more than 64 MiB; neither may anyone else. */
 #define PDIO_MAX_REQUEST ((size_t) 64 << 20)
@@ -81,7 +82,7 @@ struct pdio_image {
   struct helper helper;         /* blocking calls, off the workers */
   atomic_uint threads;          /* pdio_threads alive */
   struct pdio_log log;
-  char *zero_mem;               /* ZERO_LEN + GEOMETRY_PAGE zero bytes */
+  char *zero_mem;               /* ZERO_LEN + PDIO_PAGE_SIZE zero bytes */
   /* fallocate modes that answered EOPNOTSUPP, so we stop trying them. */
   atomic_bool no_punch, no_zero_range;
   struct engine_counters stats;
@@ -194,7 +195,7 @@ extern int engine_check_range (const struct pdio_image *img, uint64_t size,
 static inline uint64_t
 engine_direct_end (const struct pdio_image *img, uint64_t size)
 {
-  return size & ~((uint64_t) img->geo.offset_align - 1);
+  return ROUND_DOWN (size, img->geo.offset_align);
 }
 
 /* The span a write of [offset, offset+count) may touch, for the range

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "container_of.h"
 #include "io.h"
 #include "vg.h"
 

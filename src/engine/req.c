@@ -7,7 +7,10 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "container_of.h"
+#include "pagesize.h"
 #include "req.h"
+#include "rounding.h"
 
 _Static_assert (sizeof (struct req_state) <= sizeof (struct pdio_req_private),
                 "PDIO_REQ_PRIVATE_SIZE is too small for struct req_state");
@@ -494,8 +497,8 @@ tail_write (struct req_state *rs, const char *buf, uint64_t off,
   rs->tw.count = count;
   rs->tw.done = 0;
   rs->tw.fua = fua;
-  rs->tw.page = round_down (off, GEOMETRY_PAGE);
-  rs->tw.page_end = round_up (off + count, GEOMETRY_PAGE);
+  rs->tw.page = ROUND_DOWN (off, PDIO_PAGE_SIZE);
+  rs->tw.page_end = ROUND_UP (off + count, PDIO_PAGE_SIZE);
   rs->tw.then = then;
   tail_write_more (rs);
 }

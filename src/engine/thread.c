@@ -25,7 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "container_of.h"
 #include "engine_internal.h"
+#include "pagesize.h"
+#include "rounding.h"
 #include "vg.h"
 
 /* ---- deferred work --------------------------------------------------------- */
@@ -650,7 +653,7 @@ chunk_hook (void *opaque, unsigned idx, void *mem, size_t len)
   if (mem && t->img->bounce_canary) {
     /* Pages come back zeroed: stale bounce data must look stale again. */
     char *b0 = t->pool.bounce.base;
-    char *b1 = b0 + t->pool.bounce.npages * POOL_PAGE;
+    char *b1 = b0 + t->pool.bounce.npages * PDIO_PAGE_SIZE;
     char *lo = (char *) mem > b0 ? (char *) mem : b0;
     char *hi = (char *) mem + len < b1 ? (char *) mem + len : b1;
 
@@ -750,7 +753,7 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   }
 
   pool_bytes = pool_bytes > bounce
-    ? bounce + (pool_bytes - bounce) / POOL_PAGE * POOL_PAGE : bounce;
+    ? bounce + ROUND_DOWN (pool_bytes - bounce, PDIO_PAGE_SIZE) : bounce;
   r = pool_init (&t->pool, bounce, pool_bytes - bounce);
   if (r < 0)
     goto fail;

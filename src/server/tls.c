@@ -32,6 +32,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include "container_of.h"
 #include "engine.h"
 #include "tls.h"
 #include "vg.h"
