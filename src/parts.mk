@@ -5,9 +5,9 @@
 # compiles with these very flags to prove that a part cannot reach
 # another's internal headers.
 COMMON_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/src/common
-ENGINE_PUBLIC = -I$(top_srcdir)/src/engine
-PROTOCOL_PUBLIC = -I$(top_srcdir)/src/protocol
-SERVER_PUBLIC = -I$(top_srcdir)/src/server
+ENGINE_PUBLIC = -I$(top_srcdir)/src/engine/include
+PROTOCOL_PUBLIC = -I$(top_srcdir)/src/protocol/include
+SERVER_PUBLIC = -I$(top_srcdir)/src/server/include
 ENGINE_PART_CPPFLAGS = $(COMMON_CPPFLAGS) $(ENGINE_PUBLIC) \
 	-I$(top_srcdir)/src/engine
 PROTOCOL_PART_CPPFLAGS = $(COMMON_CPPFLAGS) $(PROTOCOL_PUBLIC) \

@@ -22,7 +22,7 @@ ENGINE_C = \
 	%reldir%/engine/zero.c %reldir%/engine/extents.c \
 	%reldir%/engine/helper.c
 ENGINE_H = \
-	%reldir%/engine/engine.h %reldir%/engine/engine_internal.h \
+	%reldir%/engine/include/engine.h %reldir%/engine/engine_internal.h \
 	%reldir%/engine/geometry.h %reldir%/engine/dio_args.h \
 	%reldir%/engine/plan.h %reldir%/engine/range_lock.h \
 	%reldir%/engine/pool.h %reldir%/engine/io.h %reldir%/engine/req.h
@@ -33,7 +33,7 @@ ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 # pure, the fuzzers drive it.
 PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
 	%reldir%/protocol/transmission_wire.c %reldir%/protocol/proto.c
-PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
+PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/include/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the
 # protocol); the connections and workers run on the engine's rings.
@@ -42,7 +42,7 @@ SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
 	%reldir%/server/server.c %reldir%/server/handover.c \
 	%reldir%/server/tls.c
-SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
+SERVER_H = %reldir%/server/handshake.h %reldir%/server/include/server.h \
 	%reldir%/server/internal.h %reldir%/server/cmd.h \
 	%reldir%/server/handover.h %reldir%/server/tls.h
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)

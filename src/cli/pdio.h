@@ -19,7 +19,7 @@
 #include <sys/types.h>
 
 #include "ispowerof2.h"
-#include "tls.h"
+#include "server.h"
 
 /* Exit codes (documented in pdio(1) and --help). */
 enum {
