@@ -305,18 +305,20 @@ static void
 rw_rmw_done (struct req_state *rs)
 {
   const struct plan_chunk *c = &rs->chunk;
-  uint32_t align = rw_align (rs);
-  unsigned i;
 
-  for (i = 0; i < c->nrmw; i++)
+  for (unsigned i = 0; i < c->nrmw; i++)
     if (rs->xf[i].err) {
       req_finish (rs, rs->xf[i].err);
       return;
     }
-  for (i = 0; i < c->nrmw; i++)
-    if (rs->xf[i].done < align)         /* the file shrank under us */
-      memset (rs->bounce + c->rmw[i].bounce_off + rs->xf[i].done, 0,
-              align - rs->xf[i].done);
+  /* The file shrank under us: past its end, the block reads as zeros. */
+  for (unsigned i = 0; i < c->nrmw; i++) {
+    const struct xfer *x = &rs->xf[i];
+
+    if (x->done < rw_align (rs))
+      memset (rs->bounce + c->rmw[i].bounce_off + x->done, 0,
+              rw_align (rs) - x->done);
+  }
   COUNT (rs->img, rmw_blocks, c->nrmw);
   rw_transfer (rs);
 }
@@ -643,8 +645,12 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     rw_run (rs, false, r->buf, r->offset, r->count, 0, req_done_ok);
     return;
 
+  /* What changes the image, or holds a span for a front end that will,
+   * is checked against a file that may have shrunk under it.
+   */
   case PDIO_OP_WRITE:
   case PDIO_OP_ZERO:
+  case PDIO_OP_LOCK:
     if (r->count == 0)
       break;
     err = engine_check_file (t, rs->arrived, r->arrived != 0, rs->size,
@@ -653,13 +659,14 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
       break;
     if (r->op == PDIO_OP_WRITE) {
       COUNT (img, writes, 1);
-      if (r->flags & PDIO_HELD)
+      if (r->flags & PDIO_HELD) {
         write_locked (rs);
-      else
-        lock_then (rs, r->offset, r->count, write_locked);
+        return;
+      }
     }
-    else
-      lock_then (rs, r->offset, r->count, zero_locked);
+    lock_then (rs, r->offset, r->count,
+               r->op == PDIO_OP_WRITE ? write_locked
+               : r->op == PDIO_OP_ZERO ? zero_locked : lock_held);
     return;
 
   case PDIO_OP_TRIM: {
@@ -672,16 +679,6 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     lock_then (rs, r->offset, r->count ? r->count : 1, trim_locked);
     return;
   }
-
-  case PDIO_OP_LOCK:
-    if (r->count == 0)
-      break;
-    err = engine_check_file (t, rs->arrived, r->arrived != 0, rs->size,
-                             r->offset + r->count);
-    if (err)
-      break;
-    lock_then (rs, r->offset, r->count, lock_held);
-    return;
 
   case PDIO_OP_FLUSH:
     COUNT (img, flushes, 1);
