@@ -310,7 +310,8 @@ chunk_whole (struct pool *p, unsigned i)
   struct buddy *b = chunk_buddy (p, i);
   size_t off = (size_t) i * POOL_CHUNK - (size_t) (b->base - p->mem);
 
-  return b->top == POOL_CHUNK_ORDER && off + POOL_CHUNK <= b->npages * PDIO_PAGE_SIZE;
+  return b->top == POOL_CHUNK_ORDER &&
+         off + POOL_CHUNK <= b->npages * PDIO_PAGE_SIZE;
 }
 
 static void
@@ -373,7 +374,8 @@ meta_give_back (struct pool *p, struct buddy *b, unsigned i)
     for (; k <= k_end && k < n; k++)
       used |= p->chunk[first + k].live;
     if (!used)
-      madvise ((char *) b->node + pg * PDIO_PAGE_SIZE, PDIO_PAGE_SIZE, MADV_DONTNEED);
+      madvise ((char *) b->node + pg * PDIO_PAGE_SIZE, PDIO_PAGE_SIZE,
+               MADV_DONTNEED);
   }
 }
 
@@ -500,7 +502,8 @@ resident (const struct pool *p, const struct buddy *b, unsigned o)
   uint32_t pg = buddy_peek (b, o, &got);
 
   return pg != NONE &&
-    p->chunk[(b->base + (size_t) pg * PDIO_PAGE_SIZE - p->mem) / POOL_CHUNK].live;
+    p->chunk[(b->base + (size_t) pg * PDIO_PAGE_SIZE - p->mem) /
+             POOL_CHUNK].live;
 }
 
 /* Resident memory first, its own region's or a live chunk's of bufs

@@ -92,10 +92,10 @@ struct pool {
   void *hook_opaque;
 };
 
-/* Maps bounce_bytes + buf_bytes (both multiples of PDIO_PAGE_SIZE; bounce_bytes
- * a power of two), address space only.  buf_bytes of a chunk or more is
- * rounded down to whole chunks (live first holds for whole chunks only).
- * 0 or -errno.
+/* Maps bounce_bytes + buf_bytes (both multiples of PDIO_PAGE_SIZE;
+ * bounce_bytes a power of two), address space only.  buf_bytes of a chunk
+ * or more is rounded down to whole chunks (live first holds for whole
+ * chunks only).  0 or -errno.
  */
 extern int pool_init (struct pool *p, size_t bounce_bytes, size_t buf_bytes);
 extern void pool_destroy (struct pool *p);

@@ -20,7 +20,10 @@ set -u
 
 env_file=${TESTS_BUILDDIR:-.}/common/layering.env
 srcdir=${PDIO_SRCDIR:-..}
-[ -r "$env_file" ] || { echo "layering: no $env_file (make builds it)" >&2; exit 99; }
+if [ ! -r "$env_file" ]; then
+    echo "layering: no $env_file (make builds it)" >&2
+    exit 99
+fi
 . "$env_file"
 
 tmp=$(mktemp -d) || exit 99
@@ -59,7 +62,10 @@ compile () {
 
 sees () {
     checks=$((checks + 1))
-    compile "$1" "$2" || { fail "$1 cannot include $2:"; sed 's/^/    /' "$tmp/err"; }
+    if ! compile "$1" "$2"; then
+        fail "$1 cannot include $2:"
+        sed 's/^/    /' "$tmp/err"
+    fi
 }
 
 blind () {
@@ -92,7 +98,11 @@ for part in engine protocol server cli plugin; do
     done
     for q in engine protocol server; do
         pub=$(cd "$srcdir/src/$q/include" && echo *.h)
-        if [ "$q" = "$part" ] || case " $(uses $part) " in *" $pub "*) true ;; *) false ;; esac; then
+        case " $(uses $part) " in
+            *" $pub "*) ok=1 ;;
+            *) ok=0 ;;
+        esac
+        if [ "$q" = "$part" ] || [ $ok = 1 ]; then
             sees $part "$pub"
         else
             blind $part "$pub" "the public header of $q,"

@@ -67,7 +67,8 @@
 #define GUARD ((size_t) 64 << 10)
 #define USER_BASE ((uintptr_t) 1 << 44)      /* fake addresses: plan only */
 #define BOUNCE_BASE ((uintptr_t) 2 << 44)
-#define PLAN_PAGES ((PDIO_MAX_REQUEST + BOUNCE_CAP + GUARD) / PDIO_PAGE_SIZE + 8)
+#define PLAN_PAGES \
+  ((PDIO_MAX_REQUEST + BOUNCE_CAP + GUARD) / PDIO_PAGE_SIZE + 8)
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 

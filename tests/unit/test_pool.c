@@ -214,8 +214,8 @@ test_cap (void)
 
   /* The buffer region is whole chunks, or one smaller region. */
   new_pool (&p, 9 * MiB);
-  CHECK (p.bufs.npages * PDIO_PAGE_SIZE == 8 * MiB, "9 MiB of buffers kept %zu "
-         "pages", p.bufs.npages);
+  CHECK (p.bufs.npages * PDIO_PAGE_SIZE == 8 * MiB,
+         "9 MiB of buffers kept %zu pages", p.bufs.npages);
   pool_destroy (&p);
   new_pool (&p, 1 * MiB + 3 * PDIO_PAGE_SIZE);
   CHECK (pool_buf_max (&p) == 1 * MiB, "buf max %zu", pool_buf_max (&p));

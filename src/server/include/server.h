@@ -16,7 +16,7 @@
 
 #include "engine.h"
 
-/* --- TLS (tls.c): the credentials pdio serve loads ------------------------ */
+/* --- TLS (tls.c): the credentials pdio serve loads ---------------------- */
 enum pdio_tls_mode {
   PDIO_TLS_OFF,                 /* STARTTLS gets NBD_REP_ERR_POLICY */
   PDIO_TLS_ON,                  /* offered; plain clients served too */
@@ -74,7 +74,7 @@ extern int handover_listen (const char *path, const struct pdio_log *log);
 extern bool handover_wait_ack (struct handover *ho,
                                const struct pdio_log *log);
 
-/* --- the server ------------------------------------------------------------ */
+/* --- the server ---------------------------------------------------------- */
 struct pdio_server_config {
   struct pdio_image *img;       /* opened by the caller, closed by it */
   unsigned threads;             /* workers; 0: one per online CPU */
