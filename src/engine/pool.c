@@ -99,7 +99,7 @@ buddy_fill (struct buddy *b)
   b->top_tail = NONE;
   while (pg < b->npages) {
     o = b->top;
-    while ((pg & (((size_t) 1 << o) - 1)) ||
+    while (!IS_ALIGNED (pg, (size_t) 1 << o) ||
            pg + ((size_t) 1 << o) > b->npages)
       o--;
     list_push (b, pg, o, o == b->top);
