@@ -19,6 +19,7 @@
 #include <nbdkit-plugin.h>
 
 #include "engine.h"
+#include "ispowerof2.h"
 
 #define THREAD_MODEL NBDKIT_THREAD_MODEL_PARALLEL
 
@@ -115,7 +116,7 @@ parse_align (const char *value)
 
   if (v == -1)
     return -1;
-  if (v < 512 || v > (1 << 20) || (v & (v - 1))) {
+  if (v < 512 || v > (1 << 20) || !is_power_of_two (v)) {
     nbdkit_error ("align=%s: must be a power of two from 512 to 1M", value);
     return -1;
   }

@@ -3,6 +3,14 @@
 # sanitizer builds that compile the parts in, and the fuzzers); %reldir%
 # is src/ as seen from the including Makefile.am.
 
+# What every part uses: byte order, rounding, powers of two, the page
+# size, container_of, valgrind's client requests.  Headers only, each
+# with its test in tests/common/.
+COMMON_H = \
+	%reldir%/common/byteorder.h %reldir%/common/container_of.h \
+	%reldir%/common/ispowerof2.h %reldir%/common/pagesize.h \
+	%reldir%/common/rounding.h %reldir%/common/vg.h
+
 # The engine: the asynchronous O_DIRECT library.  No nbdkit headers.
 ENGINE_C = \
 	%reldir%/engine/engine.c %reldir%/engine/open.c \
@@ -14,11 +22,10 @@ ENGINE_C = \
 	%reldir%/engine/zero.c %reldir%/engine/extents.c \
 	%reldir%/engine/helper.c
 ENGINE_H = \
-	%reldir%/engine/engine.h %reldir%/engine/engine_internal.h \
+	%reldir%/engine/include/engine.h %reldir%/engine/engine_internal.h \
 	%reldir%/engine/geometry.h %reldir%/engine/dio_args.h \
 	%reldir%/engine/plan.h %reldir%/engine/range_lock.h \
-	%reldir%/engine/pool.h %reldir%/engine/io.h %reldir%/engine/req.h \
-	%reldir%/engine/vg.h
+	%reldir%/engine/pool.h %reldir%/engine/io.h %reldir%/engine/req.h
 ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 
 # The NBD wire format, shared by the server and pdio(1)'s client
@@ -26,7 +33,7 @@ ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 # pure, the fuzzers drive it.
 PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
 	%reldir%/protocol/transmission_wire.c %reldir%/protocol/proto.c
-PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/proto.h
+PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/include/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the
 # protocol); the connections and workers run on the engine's rings.
@@ -35,7 +42,7 @@ SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
 	%reldir%/server/server.c %reldir%/server/handover.c \
 	%reldir%/server/tls.c
-SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
+SERVER_H = %reldir%/server/handshake.h %reldir%/server/include/server.h \
 	%reldir%/server/internal.h %reldir%/server/cmd.h \
 	%reldir%/server/handover.h %reldir%/server/tls.h
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
@@ -60,7 +67,3 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) \
 	%reldir%/cli/proctask.c %reldir%/cli/systemd.c %reldir%/cli/placement.c \
 	%reldir%/cli/protect.c %reldir%/cli/pressure.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h
-
-# Where each part finds the headers of the parts below it.
-PART_CPPFLAGS = -I$(top_srcdir)/src/engine -I$(top_srcdir)/src/protocol \
-	-I$(top_srcdir)/src/server

@@ -1,6 +1,6 @@
 /* The client side of the NBD handshake (the NBD project's doc/proto.md,
- * in the wire format of src/protocol/proto.h, which pdio's server speaks
- * too), for two uses:
+ * in the wire format of src/protocol/include/proto.h, which pdio's server
+ * speaks too), for two uses:
  *  - the kernel takes sockets that are already in the transmission phase,
  *    so pdio negotiates them itself: NBD_OPT_GO;
  *  - attach and serve --nbdkit ask a running server what it offers:

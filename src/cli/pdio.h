@@ -18,7 +18,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "tls.h"
+#include "ispowerof2.h"
+#include "server.h"
 
 /* Exit codes (documented in pdio(1) and --help). */
 enum {
@@ -105,7 +106,6 @@ extern bool parse_uint (const char *s, unsigned long min, unsigned long max,
  * 1024, "KiB" and "K" alike); false if it is not one or overflows.
  */
 extern bool parse_size (const char *s, uint64_t *out);
-extern bool is_power_of_two (unsigned long v);
 /* $PDIO_RUNDIR or /run/pdio: sockets, pid files, logs and records. */
 extern const char *rundir (void);
 /* Makes the run directory, or makes it root-only (0700) if it was not:

@@ -40,7 +40,6 @@
 #include <unistd.h>
 
 #include "engine.h"
-#include "handover.h"
 #include "pdio.h"
 #include "server.h"
 

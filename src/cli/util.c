@@ -92,12 +92,6 @@ parse_size (const char *s, uint64_t *out)
   return true;
 }
 
-bool
-is_power_of_two (unsigned long v)
-{
-  return v && (v & (v - 1)) == 0;
-}
-
 static const char *
 env_or (const char *name, const char *dflt)
 {

@@ -4,16 +4,18 @@
 #include <stdbool.h>
 
 #include "dio_args.h"
+#include "pagesize.h"
+#include "rounding.h"
 
 void
 dio_args_map (struct dio_args *d, void **pages, void *mem, size_t len,
               uint64_t offset)
 {
-  uintptr_t first = (uintptr_t) mem & ~(uintptr_t) (DIO_PAGE_SIZE - 1);
+  uintptr_t first = ROUND_DOWN ((uintptr_t) mem, PDIO_PAGE_SIZE);
   unsigned i, n = dio_pages_needed (mem, len);
 
   for (i = 0; i < n; i++)
-    pages[i] = (void *) (first + (uintptr_t) i * DIO_PAGE_SIZE);
+    pages[i] = (void *) (first + (uintptr_t) i * PDIO_PAGE_SIZE);
   d->pages = pages;
   d->base = NULL;
   d->first_page_off = (uintptr_t) mem - first;
@@ -26,7 +28,7 @@ void
 dio_args_map_contig (struct dio_args *d, void *mem, size_t len,
                      uint64_t offset)
 {
-  uintptr_t first = (uintptr_t) mem & ~(uintptr_t) (DIO_PAGE_SIZE - 1);
+  uintptr_t first = ROUND_DOWN ((uintptr_t) mem, PDIO_PAGE_SIZE);
 
   d->pages = NULL;
   d->base = (char *) first;
@@ -90,7 +92,7 @@ dio_args_to_iovec (const struct dio_args *segs, unsigned nsegs, size_t skip,
     }
     for (i = 0; i < d->nr_pages && left > 0; i++) {
       size_t start = i == 0 ? d->first_page_off : 0;
-      size_t bytes = DIO_PAGE_SIZE - start;
+      size_t bytes = PDIO_PAGE_SIZE - start;
 
       if (bytes > left)
         bytes = left;

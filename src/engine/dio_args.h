@@ -11,7 +11,7 @@
  *
  * Memory that is one contiguous run (all the engine ever maps: the
  * caller's buffer, a bounce slice, the zero pages) is described without a
- * page array: pages == NULL and page i is base + i * DIO_PAGE_SIZE.  Then
+ * page array: pages == NULL and page i is base + i * PDIO_PAGE_SIZE.  Then
  * nothing is split into page slots only to be merged back into one iovec;
  * the page-array form stays for memory that really is scattered.
  */
@@ -22,7 +22,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define DIO_PAGE_SIZE 4096u
+#include "pagesize.h"
+#include "rounding.h"
 
 struct dio_args {
   void **pages;                 /* nr_pages page-aligned addresses, or NULL:
@@ -38,10 +39,10 @@ struct dio_args {
 static inline unsigned
 dio_pages_needed (const void *mem, size_t len)
 {
-  uintptr_t first = (uintptr_t) mem & ~(uintptr_t) (DIO_PAGE_SIZE - 1);
+  uintptr_t first = ROUND_DOWN ((uintptr_t) mem, PDIO_PAGE_SIZE);
   uintptr_t end = (uintptr_t) mem + len;
 
-  return len ? (end - first + DIO_PAGE_SIZE - 1) / DIO_PAGE_SIZE : 0;
+  return len ? DIV_ROUND_UP (end - first, PDIO_PAGE_SIZE) : 0;
 }
 
 /* Describes the memory [mem, mem+len), which goes to or comes from file

@@ -17,6 +17,8 @@
 #include <linux/fs.h>
 
 #include "engine_internal.h"
+#include "pagesize.h"
+#include "rounding.h"
 
 /* ---- messages ---------------------------------------------------------- */
 
@@ -110,19 +112,19 @@ engine_write_span (const struct pdio_image *img, uint64_t size,
                    uint64_t offset, uint64_t count, uint64_t *startp,
                    uint64_t *endp)
 {
-  uint64_t start = round_down (offset, img->geo.offset_align);
-  uint64_t end = round_up (offset + count, img->geo.offset_align);
+  uint64_t start = ROUND_DOWN (offset, img->geo.offset_align);
+  uint64_t end = ROUND_UP (offset + count, img->geo.offset_align);
   uint64_t direct_end = engine_direct_end (img, size);
 
   /* A tail write dirties the whole page (and fs block) it lands in. */
   if (offset + count > direct_end) {
-    uint64_t grain = img->geo.fs_block > GEOMETRY_PAGE
-      ? img->geo.fs_block : GEOMETRY_PAGE;
-    uint64_t tail_start = round_down (direct_end, grain);
+    uint64_t grain = img->geo.fs_block > PDIO_PAGE_SIZE
+      ? img->geo.fs_block : PDIO_PAGE_SIZE;
+    uint64_t tail_start = ROUND_DOWN (direct_end, grain);
 
     if (tail_start < start)
       start = tail_start;
-    end = round_up (offset + count, grain);
+    end = ROUND_UP (offset + count, grain);
   }
   *startp = start;
   *endp = end;
@@ -234,7 +236,7 @@ engine_check_file (struct pdio_thread *t, uint64_t arrived, bool by_ring,
   /* A direct write ends at the next aligned offset, tail writes at the
    * image's size.
    */
-  end = round_up (end, img->geo.offset_align);
+  end = ROUND_UP (end, img->geo.offset_align);
   if (end > size)
     end = size;
 

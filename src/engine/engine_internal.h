@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/queue.h>
 
 #include <liburing.h>
 
@@ -13,6 +14,7 @@
 #include "io.h"
 #include "pool.h"
 #include "range_lock.h"
+#include "rounding.h"
 
 /* nbdkit never sends more than 64 MiB; neither may anyone else. */
 #define PDIO_MAX_REQUEST ((size_t) 64 << 20)
@@ -38,7 +40,7 @@ struct engine_counters {
  * done.fn on t, from its poll.
  */
 struct helper_job {
-  struct helper_job *next;
+  STAILQ_ENTRY (helper_job) link;
   void (*run) (struct helper_job *j);
   struct pdio_thread *t;
   struct thread_work done;
@@ -47,7 +49,7 @@ struct helper_job {
 struct helper {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  struct helper_job *head, **tail;
+  STAILQ_HEAD (, helper_job) jobs;
   bool started, stop;
   pthread_t tid;
 };
@@ -81,7 +83,7 @@ struct pdio_image {
   struct helper helper;         /* blocking calls, off the workers */
   atomic_uint threads;          /* pdio_threads alive */
   struct pdio_log log;
-  char *zero_mem;               /* ZERO_LEN + GEOMETRY_PAGE zero bytes */
+  char *zero_mem;               /* ZERO_LEN + PDIO_PAGE_SIZE zero bytes */
   /* fallocate modes that answered EOPNOTSUPP, so we stop trying them. */
   atomic_bool no_punch, no_zero_range;
   struct engine_counters stats;
@@ -89,7 +91,7 @@ struct pdio_image {
 
 /* A request waiting for bounce memory. */
 struct bounce_wait {
-  struct bounce_wait *next;
+  STAILQ_ENTRY (bounce_wait) link;
   size_t len;
   void (*granted) (struct bounce_wait *w, void *mem);   /* from poll */
 };
@@ -119,17 +121,17 @@ struct pdio_thread {
 
   struct pool pool;
   /* Requests waiting for bounce memory, FIFO. */
-  struct bounce_wait *mem_waiters, **mem_waiters_tail;
+  STAILQ_HEAD (, bounce_wait) mem_waiters;
   bool buf_freed;               /* pool memory came back since last poll */
   void (*on_buf_free) (void *opaque);
   void *on_buf_free_opaque;
 
   /* Deferred work, FIFO. */
-  struct thread_work *work, **work_tail;
+  STAILQ_HEAD (, thread_work) work;
   /* Work queued by other threads (range lock grants). */
   pthread_mutex_t remote_lock;
   pthread_cond_t remote_cond;   /* for thread_wait_remote */
-  struct thread_work *remote, **remote_tail;
+  STAILQ_HEAD (, thread_work) remote;
   atomic_bool remote_pending;
   int efd;                      /* eventfd: remote work arrived */
   uint64_t efd_value;
@@ -194,7 +196,7 @@ extern int engine_check_range (const struct pdio_image *img, uint64_t size,
 static inline uint64_t
 engine_direct_end (const struct pdio_image *img, uint64_t size)
 {
-  return size & ~((uint64_t) img->geo.offset_align - 1);
+  return ROUND_DOWN (size, img->geo.offset_align);
 }
 
 /* The span a write of [offset, offset+count) may touch, for the range

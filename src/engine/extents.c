@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "container_of.h"
 #include "req.h"
 
 /* The extent that starts at pos (< end): its end and kind.  0 or -errno. */

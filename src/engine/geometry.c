@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #include "geometry.h"
+#include "ispowerof2.h"
+#include "pagesize.h"
+#include "rounding.h"
 
 /* Newer than Debian 12's headers: reads may need less alignment than
  * writes (Linux 6.14+).  The field sits at offset 0xb4 of struct statx.
@@ -66,7 +69,7 @@ probe_align (int fd, uint64_t size)
   data = lseek (fd, 0, SEEK_DATA);
   if (data == -1 || (uint64_t) data >= size)
     return 0;
-  data = round_down (data, FALLBACK_ALIGN);
+  data = ROUND_DOWN (data, FALLBACK_ALIGN);
   if ((uint64_t) data + FALLBACK_ALIGN > size)
     return 0;
 
@@ -126,7 +129,7 @@ probe_file (int fd, const struct stat *st, struct geometry *g,
   struct statx stx;
 
   g->size = st->st_size;
-  g->fs_block = st->st_blksize >= 512 && is_power_of_2 (st->st_blksize)
+  g->fs_block = st->st_blksize >= 512 && is_power_of_two (st->st_blksize)
     ? st->st_blksize : FALLBACK_ALIGN;
 
   memset (&stx, 0, sizeof stx);
@@ -172,9 +175,9 @@ geometry_probe (int fd, const struct stat *st, struct geometry *g,
   if (r < 0)
     return r;
 
-  if (!is_power_of_2 (g->offset_align) ||
+  if (!is_power_of_two (g->offset_align) ||
       g->offset_align > GEOMETRY_MAX_ALIGN ||
-      !is_power_of_2 (g->mem_align) || g->mem_align > GEOMETRY_PAGE) {
+      !is_power_of_two (g->mem_align) || g->mem_align > PDIO_PAGE_SIZE) {
     snprintf (why, whylen, "unusable direct-I/O alignment (offset %u, "
               "memory %u, from %s)", g->offset_align, g->mem_align,
               g->source);
@@ -191,7 +194,7 @@ geometry_raise_align (struct geometry *g, uint64_t align,
 {
   if (align == 0)
     return 0;
-  if (!is_power_of_2 (align) || align < 512 || align > GEOMETRY_MAX_ALIGN) {
+  if (!is_power_of_two (align) || align < 512 || align > GEOMETRY_MAX_ALIGN) {
     snprintf (why, whylen, "align=%" PRIu64 ": must be a power of two from "
               "512 to %u", align, GEOMETRY_MAX_ALIGN);
     return -EINVAL;

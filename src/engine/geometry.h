@@ -18,9 +18,6 @@ struct geometry {
   const char *source;           /* where offset_align came from, for logs */
 };
 
-/* Bounce memory is page-aligned, so no memory alignment can exceed this. */
-#define GEOMETRY_PAGE 4096u
-
 /* Largest alignment we accept from the kernel, a probe or align=. */
 #define GEOMETRY_MAX_ALIGN (1u << 20)
 
@@ -36,23 +33,5 @@ extern int geometry_probe (int fd, const struct stat *st, struct geometry *g,
  */
 extern int geometry_raise_align (struct geometry *g, uint64_t align,
                                  char *why, size_t whylen);
-
-static inline bool
-is_power_of_2 (uint64_t v)
-{
-  return v && !(v & (v - 1));
-}
-
-static inline uint64_t
-round_down (uint64_t v, uint64_t align)
-{
-  return v & ~(align - 1);
-}
-
-static inline uint64_t
-round_up (uint64_t v, uint64_t align)
-{
-  return (v + align - 1) & ~(align - 1);
-}
 
 #endif /* PDIO_GEOMETRY_H */

@@ -26,14 +26,12 @@ helper_main (void *arg)
   for (;;) {
     struct helper_job *j;
 
-    while (h->head == NULL && !h->stop)
+    while (STAILQ_EMPTY (&h->jobs) && !h->stop)
       pthread_cond_wait (&h->cond, &h->lock);
-    j = h->head;
+    j = STAILQ_FIRST (&h->jobs);
     if (j == NULL)
       break;                    /* stopping, and nothing left */
-    h->head = j->next;
-    if (h->head == NULL)
-      h->tail = &h->head;
+    STAILQ_REMOVE_HEAD (&h->jobs, link);
     pthread_mutex_unlock (&h->lock);
     j->run (j);
     thread_defer_any (j->t, &j->done);
@@ -48,8 +46,7 @@ helper_init (struct helper *h)
 {
   pthread_mutex_init (&h->lock, NULL);
   pthread_cond_init (&h->cond, NULL);
-  h->head = NULL;
-  h->tail = &h->head;
+  STAILQ_INIT (&h->jobs);
 }
 
 void
@@ -58,7 +55,6 @@ helper_queue (struct pdio_image *img, struct helper_job *j)
   struct helper *h = &img->helper;
 
   COUNT (img, helper_calls, 1);
-  j->next = NULL;
   pthread_mutex_lock (&h->lock);
   if (!h->started) {
     int r = pthread_create (&h->tid, NULL, helper_main, h);
@@ -76,8 +72,7 @@ helper_queue (struct pdio_image *img, struct helper_job *j)
     }
     h->started = true;
   }
-  *h->tail = j;
-  h->tail = &j->next;
+  STAILQ_INSERT_TAIL (&h->jobs, j, link);
   pthread_cond_signal (&h->cond);
   pthread_mutex_unlock (&h->lock);
 }

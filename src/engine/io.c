@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "container_of.h"
 #include "io.h"
+#include "rounding.h"
 #include "vg.h"
 
 /* What one kernel result means for x: true finished, false submit the rest
@@ -103,7 +105,7 @@ xfer_issue (struct xfer *x)
 void
 xfer_start (struct xfer *x)
 {
-  assert (x->align && x->segs[0].offset % x->align == 0);
+  assert (x->align && IS_ALIGNED (x->segs[0].offset, x->align));
   x->done = 0;
   x->err = 0;
   x->stalled_at = SIZE_MAX;

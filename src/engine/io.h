@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/queue.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -39,7 +40,7 @@ struct pdio_thread;
 
 /* Work the thread runs from pdio_thread_poll, in FIFO order. */
 struct thread_work {
-  struct thread_work *next;
+  STAILQ_ENTRY (thread_work) link;
   void (*fn) (struct thread_work *w);
 };
 

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "pagesize.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
@@ -360,7 +361,7 @@ pdio_open (const struct pdio_config *cfg, struct pdio_image **imgp)
   /* After the last open of our own: the watch reports everyone's. */
   engine_watch_file (img);
 
-  img->zero_mem = mmap (NULL, ZERO_LEN + GEOMETRY_PAGE, PROT_READ,
+  img->zero_mem = mmap (NULL, ZERO_LEN + PDIO_PAGE_SIZE, PROT_READ,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (img->zero_mem == MAP_FAILED) {
     img->zero_mem = NULL;
@@ -418,7 +419,7 @@ pdio_close (struct pdio_image *img)
   /* No job can be queued: every request is done. */
   helper_destroy (&img->helper);
   if (img->zero_mem)
-    munmap (img->zero_mem, ZERO_LEN + GEOMETRY_PAGE);
+    munmap (img->zero_mem, ZERO_LEN + PDIO_PAGE_SIZE);
   /* Release the image lock now: a ring still being torn down by the kernel
    * may hold a reference to the file for a while after we close it.
    */

@@ -6,6 +6,7 @@
 
 #include "geometry.h"
 #include "plan.h"
+#include "rounding.h"
 
 static void
 add_seg (struct plan_chunk *c, enum plan_mem mem, size_t mem_off, size_t len)
@@ -36,7 +37,7 @@ middle_is_direct (const struct plan_request *req,
 {
   uintptr_t addr = req->buf + (mid_start - req->offset);
 
-  return mid_start < mid_end && (addr & (lim->mem_align - 1)) == 0;
+  return mid_start < mid_end && IS_ALIGNED (addr, lim->mem_align);
 }
 
 /* Head bounce block, the client's aligned middle, tail bounce block. */
@@ -81,9 +82,9 @@ plan_bounce (const struct plan_request *req, const struct plan_limits *lim,
   const uint64_t a = lim->align;
   const uint64_t end = req->offset + req->count;
   const uint64_t ustart = req->offset + done;
-  const uint64_t start = round_down (ustart, a);
-  const uint64_t cap = round_down (lim->bounce_cap, a);
-  uint64_t cend = round_up (end, a);
+  const uint64_t start = ROUND_DOWN (ustart, a);
+  const uint64_t cap = ROUND_DOWN (lim->bounce_cap, a);
+  uint64_t cend = ROUND_UP (end, a);
   uint64_t uend;
 
   if (cend - start > cap)
@@ -111,8 +112,8 @@ plan_chunk (const struct plan_request *req, const struct plan_limits *lim,
             size_t done, struct plan_chunk *c)
 {
   const uint64_t end = req->offset + req->count;
-  const uint64_t mid_start = round_up (req->offset, lim->align);
-  const uint64_t mid_end = round_down (end, lim->align);
+  const uint64_t mid_start = ROUND_UP (req->offset, lim->align);
+  const uint64_t mid_end = ROUND_DOWN (end, lim->align);
 
   assert (done < req->count);
   assert (lim->bounce_cap >= 2 * (size_t) lim->align);

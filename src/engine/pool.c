@@ -7,7 +7,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "pagesize.h"
 #include "pool.h"
+#include "rounding.h"
 #include "vg.h"
 
 #define NONE UINT32_MAX
@@ -15,7 +17,7 @@
 static unsigned
 order_of (size_t len)
 {
-  size_t pages = (len + POOL_PAGE - 1) / POOL_PAGE;
+  size_t pages = DIV_ROUND_UP (len, PDIO_PAGE_SIZE);
   unsigned o = 0;
 
   while (((size_t) 1 << o) < pages)
@@ -26,7 +28,7 @@ order_of (size_t len)
 size_t
 pool_rounded (size_t len)
 {
-  return (size_t) POOL_PAGE << order_of (len ? len : 1);
+  return (size_t) PDIO_PAGE_SIZE << order_of (len ? len : 1);
 }
 
 /* A free block's entry: the page's own below top; for a block of order
@@ -97,7 +99,7 @@ buddy_fill (struct buddy *b)
   b->top_tail = NONE;
   while (pg < b->npages) {
     o = b->top;
-    while ((pg & (((size_t) 1 << o) - 1)) ||
+    while (!IS_ALIGNED (pg, (size_t) 1 << o) ||
            pg + ((size_t) 1 << o) > b->npages)
       o--;
     list_push (b, pg, o, o == b->top);
@@ -118,7 +120,7 @@ meta_bytes (size_t npages)
 {
   size_t len = npages * sizeof (struct buddy_node);
 
-  return (len + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
+  return ROUND_UP (len, PDIO_PAGE_SIZE);
 }
 
 static int
@@ -194,7 +196,7 @@ buddy_get (struct buddy *b, unsigned want)
     list_push (b, pg + ((uint32_t) 1 << o), o, false);
   }
   b->free_pages -= (size_t) 1 << want;
-  return b->base + (size_t) pg * POOL_PAGE;
+  return b->base + (size_t) pg * PDIO_PAGE_SIZE;
 }
 
 /* Merges up to a whole chunk, never past: a block given back is in a live
@@ -203,7 +205,7 @@ buddy_get (struct buddy *b, unsigned want)
 static void
 buddy_put (struct buddy *b, void *mem, unsigned o)
 {
-  uint32_t pg = ((char *) mem - b->base) / POOL_PAGE;
+  uint32_t pg = ((char *) mem - b->base) / PDIO_PAGE_SIZE;
 
   assert (pg < b->npages && o <= b->top && nd (b, pg, o)->head == 0);
   b->free_pages += (size_t) 1 << o;
@@ -226,7 +228,7 @@ buddy_put (struct buddy *b, void *mem, unsigned o)
 static void
 buddy_move (struct buddy *b, char *mem, bool tail)
 {
-  uint32_t pg = (mem - b->base) / POOL_PAGE;
+  uint32_t pg = (mem - b->base) / PDIO_PAGE_SIZE;
 
   assert (nd (b, pg, b->top)->head == b->top + 1);
   list_remove (b, pg, b->top);
@@ -237,7 +239,7 @@ int
 pool_init (struct pool *p, size_t bounce_bytes, size_t buf_bytes)
 {
   size_t bufs_off = buf_bytes
-    ? (bounce_bytes + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK
+    ? ROUND_UP (bounce_bytes, POOL_CHUNK)
     : bounce_bytes;
   int r;
 
@@ -257,13 +259,13 @@ pool_init (struct pool *p, size_t bounce_bytes, size_t buf_bytes)
     p->mem = NULL;
     return -errno;
   }
-  p->nchunks = (p->size + POOL_CHUNK - 1) / POOL_CHUNK;
+  p->nchunks = DIV_ROUND_UP (p->size, POOL_CHUNK);
   p->chunk = calloc (p->nchunks, sizeof *p->chunk);
   r = p->chunk ? 0 : -ENOMEM;
   if (r == 0)
-    r = buddy_init (&p->bounce, p->mem, bounce_bytes / POOL_PAGE);
+    r = buddy_init (&p->bounce, p->mem, bounce_bytes / PDIO_PAGE_SIZE);
   if (r == 0)
-    r = buddy_init (&p->bufs, p->mem + bufs_off, buf_bytes / POOL_PAGE);
+    r = buddy_init (&p->bufs, p->mem + bufs_off, buf_bytes / PDIO_PAGE_SIZE);
   if (r < 0)
     pool_destroy (p);
   return r;
@@ -308,7 +310,8 @@ chunk_whole (struct pool *p, unsigned i)
   struct buddy *b = chunk_buddy (p, i);
   size_t off = (size_t) i * POOL_CHUNK - (size_t) (b->base - p->mem);
 
-  return b->top == POOL_CHUNK_ORDER && off + POOL_CHUNK <= b->npages * POOL_PAGE;
+  return b->top == POOL_CHUNK_ORDER &&
+         off + POOL_CHUNK <= b->npages * PDIO_PAGE_SIZE;
 }
 
 static void
@@ -334,7 +337,7 @@ count_held (struct pool *p, char *mem, unsigned o, int sign)
   uint32_t pages = (uint32_t) 1 << o;
   struct pool_chunk *c = &p->chunk[i];
 
-  assert ((size_t) (mem - p->mem) % POOL_CHUNK + ((size_t) POOL_PAGE << o)
+  assert ((size_t) (mem - p->mem) % POOL_CHUNK + ((size_t) PDIO_PAGE_SIZE << o)
           <= POOL_CHUNK);
   if (sign > 0) {
     c->held += pages;
@@ -363,15 +366,16 @@ meta_give_back (struct pool *p, struct buddy *b, unsigned i)
   size_t n = b->npages >> POOL_CHUNK_ORDER;
   size_t lo = (size_t) (i - first) * per_chunk, hi = lo + per_chunk;
 
-  for (size_t pg = lo / POOL_PAGE; pg * POOL_PAGE < hi; pg++) {
-    size_t k = pg * POOL_PAGE / per_chunk;
-    size_t k_end = ((pg + 1) * POOL_PAGE - 1) / per_chunk;
+  for (size_t pg = lo / PDIO_PAGE_SIZE; pg * PDIO_PAGE_SIZE < hi; pg++) {
+    size_t k = pg * PDIO_PAGE_SIZE / per_chunk;
+    size_t k_end = ((pg + 1) * PDIO_PAGE_SIZE - 1) / per_chunk;
     bool used = false;
 
     for (; k <= k_end && k < n; k++)
       used |= p->chunk[first + k].live;
     if (!used)
-      madvise ((char *) b->node + pg * POOL_PAGE, POOL_PAGE, MADV_DONTNEED);
+      madvise ((char *) b->node + pg * PDIO_PAGE_SIZE, PDIO_PAGE_SIZE,
+               MADV_DONTNEED);
   }
 }
 
@@ -388,17 +392,18 @@ pool_reserve (struct pool *p, unsigned n)
     size_t len = chunk_len (p, i);
     /* The page entries that allocations in the chunk use, whole pages. */
     size_t e0 = (size_t) k << POOL_CHUNK_ORDER;
-    size_t e1 = e0 + len / POOL_PAGE;
-    char *m0 = (char *) b->node + e0 * sizeof *b->node / POOL_PAGE * POOL_PAGE;
-    char *m1 = (char *) b->node + (e1 * sizeof *b->node + POOL_PAGE - 1) /
-                                  POOL_PAGE * POOL_PAGE;
+    size_t e1 = e0 + len / PDIO_PAGE_SIZE;
+    char *m0 = (char *) b->node + ROUND_DOWN (e0 * sizeof *b->node,
+                                              PDIO_PAGE_SIZE);
+    char *m1 = (char *) b->node + ROUND_UP (e1 * sizeof *b->node,
+                                            PDIO_PAGE_SIZE);
 
     /* Written, so faulted in as the process's own pages now (the ring's
      * pin and mlock would do it too, but either may be refused).
      */
-    for (size_t off = 0; off < len; off += POOL_PAGE)
+    for (size_t off = 0; off < len; off += PDIO_PAGE_SIZE)
       ((volatile char *) mem)[off] = 0;
-    for (char *m = m0; m < m1; m += POOL_PAGE)
+    for (char *m = m0; m < m1; m += PDIO_PAGE_SIZE)
       *(volatile char *) m = *(volatile char *) m;
     assert (p->chunk[i].held == 0);
     if (!p->chunk[i].live)
@@ -484,7 +489,7 @@ handed_out (struct pool *p, void *m, unsigned o)
 {
   if (m) {
     count_held (p, m, o, 1);
-    vg_fresh (m, (size_t) POOL_PAGE << o);
+    vg_fresh (m, (size_t) PDIO_PAGE_SIZE << o);
   }
   return m;
 }
@@ -497,7 +502,8 @@ resident (const struct pool *p, const struct buddy *b, unsigned o)
   uint32_t pg = buddy_peek (b, o, &got);
 
   return pg != NONE &&
-    p->chunk[(b->base + (size_t) pg * POOL_PAGE - p->mem) / POOL_CHUNK].live;
+    p->chunk[(b->base + (size_t) pg * PDIO_PAGE_SIZE - p->mem) /
+             POOL_CHUNK].live;
 }
 
 /* Resident memory first, its own region's or a live chunk's of bufs
@@ -537,7 +543,7 @@ pool_put (struct pool *p, void *mem, size_t len)
   struct buddy *b = (char *) mem < p->bufs.base ? &p->bounce : &p->bufs;
 
   assert (pool_contains (p, mem, len));
-  vg_gone (mem, (size_t) POOL_PAGE << order_of (len));
+  vg_gone (mem, (size_t) PDIO_PAGE_SIZE << order_of (len));
   count_held (p, mem, order_of (len), -1);
   buddy_put (b, mem, order_of (len));
 }
@@ -557,7 +563,7 @@ pool_contains (const struct pool *p, const void *mem, size_t len)
 static size_t
 largest (const struct buddy *b)
 {
-  return b->npages ? (size_t) POOL_PAGE << b->top : 0;
+  return b->npages ? (size_t) PDIO_PAGE_SIZE << b->top : 0;
 }
 
 bool

@@ -42,12 +42,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define POOL_PAGE 4096u
+#include "pagesize.h"
 /* The unit of residency and registration, and the largest block: every
  * block is one registered buffer, fixed-buffer I/O.
  */
 #define POOL_CHUNK_ORDER 9u
-#define POOL_CHUNK ((size_t) POOL_PAGE << POOL_CHUNK_ORDER)
+#define POOL_CHUNK ((size_t) PDIO_PAGE_SIZE << POOL_CHUNK_ORDER)
 
 struct buddy_node {
   uint32_t next, prev;          /* free lists, by page index */
@@ -92,10 +92,10 @@ struct pool {
   void *hook_opaque;
 };
 
-/* Maps bounce_bytes + buf_bytes (both multiples of POOL_PAGE; bounce_bytes
- * a power of two), address space only.  buf_bytes of a chunk or more is
- * rounded down to whole chunks (live first holds for whole chunks only).
- * 0 or -errno.
+/* Maps bounce_bytes + buf_bytes (both multiples of PDIO_PAGE_SIZE;
+ * bounce_bytes a power of two), address space only.  buf_bytes of a chunk
+ * or more is rounded down to whole chunks (live first holds for whole
+ * chunks only).  0 or -errno.
  */
 extern int pool_init (struct pool *p, size_t bounce_bytes, size_t buf_bytes);
 extern void pool_destroy (struct pool *p);

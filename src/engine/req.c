@@ -7,7 +7,10 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "container_of.h"
+#include "pagesize.h"
 #include "req.h"
+#include "rounding.h"
 
 _Static_assert (sizeof (struct req_state) <= sizeof (struct pdio_req_private),
                 "PDIO_REQ_PRIVATE_SIZE is too small for struct req_state");
@@ -302,18 +305,20 @@ static void
 rw_rmw_done (struct req_state *rs)
 {
   const struct plan_chunk *c = &rs->chunk;
-  uint32_t align = rw_align (rs);
-  unsigned i;
 
-  for (i = 0; i < c->nrmw; i++)
+  for (unsigned i = 0; i < c->nrmw; i++)
     if (rs->xf[i].err) {
       req_finish (rs, rs->xf[i].err);
       return;
     }
-  for (i = 0; i < c->nrmw; i++)
-    if (rs->xf[i].done < align)         /* the file shrank under us */
-      memset (rs->bounce + c->rmw[i].bounce_off + rs->xf[i].done, 0,
-              align - rs->xf[i].done);
+  /* The file shrank under us: past its end, the block reads as zeros. */
+  for (unsigned i = 0; i < c->nrmw; i++) {
+    const struct xfer *x = &rs->xf[i];
+
+    if (x->done < rw_align (rs))
+      memset (rs->bounce + c->rmw[i].bounce_off + x->done, 0,
+              rw_align (rs) - x->done);
+  }
   COUNT (rs->img, rmw_blocks, c->nrmw);
   rw_transfer (rs);
 }
@@ -494,8 +499,8 @@ tail_write (struct req_state *rs, const char *buf, uint64_t off,
   rs->tw.count = count;
   rs->tw.done = 0;
   rs->tw.fua = fua;
-  rs->tw.page = round_down (off, GEOMETRY_PAGE);
-  rs->tw.page_end = round_up (off + count, GEOMETRY_PAGE);
+  rs->tw.page = ROUND_DOWN (off, PDIO_PAGE_SIZE);
+  rs->tw.page_end = ROUND_UP (off + count, PDIO_PAGE_SIZE);
   rs->tw.then = then;
   tail_write_more (rs);
 }
@@ -640,8 +645,12 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     rw_run (rs, false, r->buf, r->offset, r->count, 0, req_done_ok);
     return;
 
+  /* What changes the image, or holds a span for a front end that will,
+   * is checked against a file that may have shrunk under it.
+   */
   case PDIO_OP_WRITE:
   case PDIO_OP_ZERO:
+  case PDIO_OP_LOCK:
     if (r->count == 0)
       break;
     err = engine_check_file (t, rs->arrived, r->arrived != 0, rs->size,
@@ -650,13 +659,14 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
       break;
     if (r->op == PDIO_OP_WRITE) {
       COUNT (img, writes, 1);
-      if (r->flags & PDIO_HELD)
+      if (r->flags & PDIO_HELD) {
         write_locked (rs);
-      else
-        lock_then (rs, r->offset, r->count, write_locked);
+        return;
+      }
     }
-    else
-      lock_then (rs, r->offset, r->count, zero_locked);
+    lock_then (rs, r->offset, r->count,
+               r->op == PDIO_OP_WRITE ? write_locked
+               : r->op == PDIO_OP_ZERO ? zero_locked : lock_held);
     return;
 
   case PDIO_OP_TRIM: {
@@ -669,16 +679,6 @@ req_start (struct pdio_thread *t, struct pdio_req *r, bool raw)
     lock_then (rs, r->offset, r->count ? r->count : 1, trim_locked);
     return;
   }
-
-  case PDIO_OP_LOCK:
-    if (r->count == 0)
-      break;
-    err = engine_check_file (t, rs->arrived, r->arrived != 0, rs->size,
-                             r->offset + r->count);
-    if (err)
-      break;
-    lock_then (rs, r->offset, r->count, lock_held);
-    return;
 
   case PDIO_OP_FLUSH:
     COUNT (img, flushes, 1);

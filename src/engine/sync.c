@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "container_of.h"
 #include "engine_internal.h"
 
 struct waiter {

@@ -25,7 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "container_of.h"
 #include "engine_internal.h"
+#include "pagesize.h"
+#include "rounding.h"
 #include "vg.h"
 
 /* ---- deferred work --------------------------------------------------------- */
@@ -33,9 +36,7 @@
 void
 thread_defer (struct pdio_thread *t, struct thread_work *w)
 {
-  w->next = NULL;
-  *t->work_tail = w;
-  t->work_tail = &w->next;
+  STAILQ_INSERT_TAIL (&t->work, w, link);
 }
 
 void
@@ -47,11 +48,9 @@ thread_defer_any (struct pdio_thread *t, struct thread_work *w)
     thread_defer (t, w);
     return;
   }
-  w->next = NULL;
   pthread_mutex_lock (&t->remote_lock);
-  was_empty = t->remote == NULL;
-  *t->remote_tail = w;
-  t->remote_tail = &w->next;
+  was_empty = STAILQ_EMPTY (&t->remote);
+  STAILQ_INSERT_TAIL (&t->remote, w, link);
   atomic_store (&t->remote_pending, true);
   pthread_cond_signal (&t->remote_cond);
   /* Still under the lock: once the owner has taken the work it may
@@ -69,7 +68,7 @@ void
 thread_wait_remote (struct pdio_thread *t)
 {
   pthread_mutex_lock (&t->remote_lock);
-  while (t->remote == NULL)
+  while (STAILQ_EMPTY (&t->remote))
     pthread_cond_wait (&t->remote_cond, &t->remote_lock);
   pthread_mutex_unlock (&t->remote_lock);
 }
@@ -81,12 +80,7 @@ take_remote (struct pdio_thread *t)
   if (!atomic_load (&t->remote_pending))
     return;
   pthread_mutex_lock (&t->remote_lock);
-  if (t->remote) {
-    *t->work_tail = t->remote;
-    t->work_tail = t->remote_tail;
-    t->remote = NULL;
-    t->remote_tail = &t->remote;
-  }
+  STAILQ_CONCAT (&t->work, &t->remote);
   atomic_store (&t->remote_pending, false);
   pthread_mutex_unlock (&t->remote_lock);
 }
@@ -101,12 +95,10 @@ run_deferred (struct pdio_thread *t)
     struct thread_work *w;
 
     take_remote (t);
-    w = t->work;
+    w = STAILQ_FIRST (&t->work);
     if (w == NULL)
       break;
-    t->work = w->next;
-    if (t->work == NULL)
-      t->work_tail = &t->work;
+    STAILQ_REMOVE_HEAD (&t->work, link);
     w->fn (w);
     n++;
   }
@@ -484,7 +476,7 @@ pdio_thread_poll (struct pdio_thread *t, unsigned wait_nr,
   /* Never sleep when the engine's own work did something (it may have
    * finished the request the caller waits for) or has more to do.
    */
-  engine_busy = run_deferred (t) || t->work || t->stash_n ||
+  engine_busy = run_deferred (t) || !STAILQ_EMPTY (&t->work) || t->stash_n ||
     atomic_load (&t->remote_pending);
 
   if (engine_busy)
@@ -549,14 +541,12 @@ pool_returned (struct pdio_thread *t)
 {
   struct bounce_wait *w;
 
-  while ((w = t->mem_waiters) != NULL) {
+  while ((w = STAILQ_FIRST (&t->mem_waiters)) != NULL) {
     void *mem = pool_get_bounce (&t->pool, w->len);
 
     if (mem == NULL)
       break;
-    t->mem_waiters = w->next;
-    if (t->mem_waiters == NULL)
-      t->mem_waiters_tail = &t->mem_waiters;
+    STAILQ_REMOVE_HEAD (&t->mem_waiters, link);
     w->granted (w, mem);
   }
   t->buf_freed = true;
@@ -611,7 +601,7 @@ void *
 thread_get_bounce (struct pdio_thread *t, size_t len)
 {
   /* Never past a waiter: FIFO. */
-  if (t->mem_waiters)
+  if (!STAILQ_EMPTY (&t->mem_waiters))
     return NULL;
   return pool_get_bounce (&t->pool, len);
 }
@@ -628,9 +618,7 @@ thread_put_bounce (struct pdio_thread *t, void *mem, size_t len)
 void
 thread_wait_bounce (struct pdio_thread *t, struct bounce_wait *w)
 {
-  w->next = NULL;
-  *t->mem_waiters_tail = w;
-  t->mem_waiters_tail = &w->next;
+  STAILQ_INSERT_TAIL (&t->mem_waiters, w, link);
 }
 
 /* ---- life cycle ------------------------------------------------------------- */
@@ -650,7 +638,7 @@ chunk_hook (void *opaque, unsigned idx, void *mem, size_t len)
   if (mem && t->img->bounce_canary) {
     /* Pages come back zeroed: stale bounce data must look stale again. */
     char *b0 = t->pool.bounce.base;
-    char *b1 = b0 + t->pool.bounce.npages * POOL_PAGE;
+    char *b1 = b0 + t->pool.bounce.npages * PDIO_PAGE_SIZE;
     char *lo = (char *) mem > b0 ? (char *) mem : b0;
     char *hi = (char *) mem + len < b1 ? (char *) mem + len : b1;
 
@@ -734,9 +722,9 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   t->efd = -1;
   t->round = 1;                 /* checked_round 0: nothing checked yet */
   t->owner = pthread_self ();
-  t->work_tail = &t->work;
-  t->remote_tail = &t->remote;
-  t->mem_waiters_tail = &t->mem_waiters;
+  STAILQ_INIT (&t->work);
+  STAILQ_INIT (&t->remote);
+  STAILQ_INIT (&t->mem_waiters);
   pthread_mutex_init (&t->remote_lock, NULL);
   pthread_cond_init (&t->remote_cond, NULL);
   t->on_valgrind = vg_running ();
@@ -750,7 +738,7 @@ pdio_thread_new (struct pdio_image *img, const struct pdio_thread_config *cfg,
   }
 
   pool_bytes = pool_bytes > bounce
-    ? bounce + (pool_bytes - bounce) / POOL_PAGE * POOL_PAGE : bounce;
+    ? bounce + ROUND_DOWN (pool_bytes - bounce, PDIO_PAGE_SIZE) : bounce;
   r = pool_init (&t->pool, bounce, pool_bytes - bounce);
   if (r < 0)
     goto fail;

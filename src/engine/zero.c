@@ -19,7 +19,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "container_of.h"
 #include "req.h"
+#include "rounding.h"
 
 static bool
 unsupported (int err)
@@ -34,10 +36,10 @@ engine_whole_units (const struct pdio_image *img, uint64_t size,
 {
   uint64_t grain = img->geo.blockdev ? img->geo.offset_align
                                      : img->geo.fs_block;
-  uint64_t limit = round_down (size, grain);
+  uint64_t limit = ROUND_DOWN (size, grain);
 
-  *u0 = round_up (offset, grain);
-  *u1 = round_down (end, grain);
+  *u0 = ROUND_UP (offset, grain);
+  *u1 = ROUND_DOWN (end, grain);
   if (*u1 > limit)
     *u1 = limit;
   if (*u0 > *u1)
@@ -67,7 +69,7 @@ wz_piece (struct req_state *rs)
     rs->wz.then (rs);
     return;
   }
-  end = round_down (pos + ZERO_LEN, img->geo.offset_align);
+  end = ROUND_DOWN (pos + ZERO_LEN, img->geo.offset_align);
   if (end <= pos)
     end = pos + ZERO_LEN;
   if (end > rs->wz.end)

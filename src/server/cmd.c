@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "container_of.h"
 #include "internal.h"
 
 /* A BLOCK_STATUS reply is built in one pool page: up to 509 extents. */

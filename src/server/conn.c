@@ -84,6 +84,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "container_of.h"
 #include "handover.h"
 #include "handshake.h"
 #include "internal.h"

@@ -263,36 +263,10 @@ is_stream_socket (int fd, bool listening, const char *what,
 int
 handover_listen (const char *path, const struct pdio_log *log)
 {
-  struct sockaddr_un sa = { .sun_family = AF_UNIX };
-  struct stat st;
-  mode_t old;
-  int fd, err;
-
-  if (strlen (path) >= sizeof sa.sun_path) {
-    LOG (error, "%s: socket path too long (at most %zu bytes)", path,
-         sizeof sa.sun_path - 1);
-    return -ENAMETOOLONG;
-  }
-  strcpy (sa.sun_path, path);
-  if (lstat (path, &st) == 0 && S_ISSOCK (st.st_mode))
-    unlink (path);
-  fd = socket (AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd == -1) {
-    err = -errno;
-    LOG (error, "socket: %s", strerror (-err));
-    return err;
-  }
-  /* Our user only: whoever connects can take every connection. */
-  old = umask (077);
-  err = bind (fd, (struct sockaddr *) &sa, sizeof sa) == -1 ||
-        listen (fd, 4) == -1 ? -errno : 0;
-  umask (old);
-  if (err) {
-    LOG (error, "%s: cannot listen: %s", path, strerror (-err));
-    close (fd);
-    return err;
-  }
-  return fd;
+  /* The NBD socket's listener, left at its 0600 (never widened): whoever
+   * connects can take every connection.
+   */
+  return pdio_server_listen_unix (path, 0, (gid_t) -1, log);
 }
 
 int

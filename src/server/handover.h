@@ -34,8 +34,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "engine.h"
 #include "proto.h"
+#include "server.h"           /* struct handover, and what pdio serve calls */
 
 #define HANDOVER_VERSION 1
 /* Most connections one hand-over carries (a server has one per client). */
@@ -57,32 +57,13 @@ struct handover_conn {
                                    WRITE's) or there are none */
 };
 
-struct handover {
-  int sock;                     /* to the other server, or -1 */
-  pid_t peer;                   /* its pid (as it says, for messages) */
-  int nbd_listen_fd;            /* the listening sockets, or -1 */
-  int handover_listen_fd;
-  uint64_t size;                /* the export as the old server served it */
-  bool readonly;
-  struct handover_conn *conns;
-  size_t n, cap;
-};
-
-/* An empty hand-over: no fds, no connections. */
-extern void handover_init (struct handover *ho);
-/* Closes every fd it still holds and frees the payloads. */
-extern void handover_free (struct handover *ho);
 /* Takes c (its fd and payload) into ho; false (out of memory) leaves it
  * with the caller.
  */
 extern bool handover_add (struct handover *ho, const struct handover_conn *c);
 
-/* The old server's side.  A listening unix socket at path, mode 0600 (a
- * stale socket there is replaced): the fd, or -errno with the reason
- * logged.  Call it before any thread starts (it sets the umask).
- */
-extern int handover_listen (const char *path, const struct pdio_log *log);
-/* A successor connected to listen_fd: accepts it and reads its hello
+/* The old server's side (handover_listen, handover_wait_ack: server.h).
+ * A successor connected to listen_fd: accepts it and reads its hello
  * (a peer that stays silent holds the caller up to HANDOVER_TIMEOUT_MS).
  * The connected socket, or -1 (a stranger, a bad hello: logged, and
  * the server carries on).
@@ -93,10 +74,6 @@ extern int handover_accept (int listen_fd, const struct pdio_log *log,
  * logged.  The fds stay ho's: close them afterwards (handover_free).
  */
 extern int handover_send (struct handover *ho, const struct pdio_log *log);
-/* Waits for the successor's ACK: true once it serves the connections. */
-extern bool handover_wait_ack (struct handover *ho,
-                               const struct pdio_log *log);
-
 /* The successor's side: connects to the old server at path, says hello
  * and receives everything into ho (empty before).  0, or -1 with the
  * reason logged (ho then holds nothing).

@@ -342,6 +342,22 @@ take_over (const struct pdio_server_config *cfg, const struct server_ctx *ctx,
 /* Gathers what the workers gave up, once each has ended its
  * connections (its ring may still be going).
  */
+/* The end of pdio_server_run, however it ends: the n workers started
+ * are told to stop (unless they are already handing over), and each is
+ * waited for.
+ */
+static void
+end_workers (struct worker *workers, unsigned n, bool stop, int sig_fd)
+{
+  if (stop)
+    for (unsigned i = 0; i < n; i++)
+      worker_request_stop (&workers[i]);
+  for (unsigned i = 0; i < n; i++)
+    worker_join (&workers[i]);
+  free (workers);
+  close (sig_fd);
+}
+
 static void
 gather (struct worker *workers, unsigned n, struct handover *out)
 {
@@ -409,24 +425,14 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     if (err) {
       pdio_log_msg (cfg->log.error, "worker %u: cannot start: %s", i,
                strerror (-err));
-      for (unsigned j = 0; j < i; j++)
-        worker_request_stop (&workers[j]);
-      for (unsigned j = 0; j < i; j++)
-        worker_join (&workers[j]);
-      free (workers);
-      close (sig_fd);
+      end_workers (workers, i, true, sig_fd);
       return err;
     }
   }
   pdio_log_msg (cfg->log.debug, "serving with %u worker threads", n);
   if (cfg->take_over &&
       (err = take_over (cfg, &ctx, workers, n, &listen_fd, &hfd)) < 0) {
-    for (unsigned i = 0; i < n; i++)
-      worker_request_stop (&workers[i]);
-    for (unsigned i = 0; i < n; i++)
-      worker_join (&workers[i]);
-    free (workers);
-    close (sig_fd);
+    end_workers (workers, n, true, sig_fd);
     return err;
   }
   if (ready)
@@ -453,10 +459,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
      */
     pdio_unlock_image (cfg->img);
     err = handover_send (handed, &cfg->log);
-    for (unsigned i = 0; i < n; i++)
-      worker_join (&workers[i]);
-    free (workers);
-    close (sig_fd);
+    end_workers (workers, n, false, sig_fd);
     return err ? -EPIPE : PDIO_SERVER_HANDED_OVER;
   }
 
@@ -464,11 +467,6 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   close (listen_fd);
   if (hfd >= 0)
     close (hfd);
-  for (unsigned i = 0; i < n; i++)
-    worker_request_stop (&workers[i]);
-  for (unsigned i = 0; i < n; i++)
-    worker_join (&workers[i]);
-  free (workers);
-  close (sig_fd);
+  end_workers (workers, n, true, sig_fd);
   return 0;
 }

@@ -32,6 +32,7 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 
+#include "container_of.h"
 #include "engine.h"
 #include "tls.h"
 #include "vg.h"
@@ -815,23 +816,19 @@ tls_conn_new (const struct pdio_tls *tls, struct pdio_thread *t, int fd,
               void (*handshake_done) (void *opaque, const char *why),
               void (*settled) (void *opaque), void *opaque, const char **why)
 {
-  struct tls_conn *tc = calloc (1, sizeof *tc);
+  struct tls_conn *tc = malloc (sizeof *tc);
   int r;
 
   *why = "out of memory";
   if (tc == NULL)
     return NULL;
-  tc->tls = tls;
-  tc->t = t;
-  tc->fd = fd;
-  tc->handshake_done = handshake_done;
-  tc->settled = settled;
-  tc->opaque = opaque;
-  tc->in_end_res = 1;
-  tc->sock_rx_c.fn = on_sock_recv;
-  tc->sock_tx_c.fn = on_sock_send;
-  tc->rx_nop_c.fn = on_rx_nop;
-  tc->tx_nop_c.fn = on_tx_nop;
+  *tc = (struct tls_conn) {
+    .tls = tls, .t = t, .fd = fd,
+    .handshake_done = handshake_done, .settled = settled, .opaque = opaque,
+    .in_end_res = 1,
+    .sock_rx_c.fn = on_sock_recv, .sock_tx_c.fn = on_sock_send,
+    .rx_nop_c.fn = on_rx_nop, .tx_nop_c.fn = on_tx_nop,
+  };
   tc->in = malloc (TLS_IN_BYTES);
   tc->out = malloc (TLS_OUT_BYTES);
   tc->out_cap = TLS_OUT_BYTES;

@@ -18,41 +18,8 @@
 #include <stddef.h>
 #include <sys/uio.h>
 
-struct pdio_log;
-struct pdio_thread;
-struct pdio_completion;
-
-enum pdio_tls_mode {
-  PDIO_TLS_OFF,                 /* STARTTLS gets NBD_REP_ERR_POLICY */
-  PDIO_TLS_ON,                  /* offered; plain clients served too */
-  PDIO_TLS_REQUIRE,             /* nothing but STARTTLS and ABORT before TLS */
-};
-
-/* What pdio serve's --tls* options say.  One of certificates (a directory
- * with ca-cert.pem, server-cert.pem and server-key.pem, as nbdkit and qemu
- * name them) and psk_file (psktool's "identity:hex-key" lines) is set
- * unless mode is PDIO_TLS_OFF.
- */
-struct pdio_tls_config {
-  enum pdio_tls_mode mode;
-  const char *certificates;
-  const char *psk_file;
-  bool verify_peer;             /* x509: a client certificate signed by
-                                   ca-cert.pem, valid now, is required */
-  const char *const *authz;     /* if n_authz: the only client certificate
-                                   DNs (RFC 4514, as certtool -i prints
-                                   "Subject:") or PSK identities let in */
-  size_t n_authz;
-};
-
-/* The loaded credentials, shared read-only by every worker. */
-struct pdio_tls;
-
-/* 0, or -errno with the reason (the file, what is wrong) logged. */
-extern int pdio_tls_new (const struct pdio_tls_config *cfg,
-                         const struct pdio_log *log, struct pdio_tls **out);
-extern void pdio_tls_free (struct pdio_tls *tls);
-extern enum pdio_tls_mode pdio_tls_mode (const struct pdio_tls *tls);
+/* The credentials (pdio_tls_new...) are pdio(1)'s to load: server.h. */
+#include "server.h"
 
 /* --- one connection's session (conn.c) ----------------------------------- */
 struct tls_conn;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "container_of.h"
 #include "internal.h"
 
 void

@@ -59,6 +59,7 @@
 #include "dio_args.h"
 #include "engine_internal.h"
 #include "mem_backend.h"
+#include "pagesize.h"
 #include "plan.h"
 #include "plan_check.h"
 
@@ -66,7 +67,8 @@
 #define GUARD ((size_t) 64 << 10)
 #define USER_BASE ((uintptr_t) 1 << 44)      /* fake addresses: plan only */
 #define BOUNCE_BASE ((uintptr_t) 2 << 44)
-#define PLAN_PAGES ((PDIO_MAX_REQUEST + BOUNCE_CAP + GUARD) / DIO_PAGE_SIZE + 8)
+#define PLAN_PAGES \
+  ((PDIO_MAX_REQUEST + BOUNCE_CAP + GUARD) / PDIO_PAGE_SIZE + 8)
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
@@ -207,7 +209,7 @@ check_chunk (const struct plan_chunk *c, size_t done, uint64_t expect_off,
       iv[niv++] = (struct ival) { seg->mem_off, seg->mem_off + seg->len };
     }
     else {
-      ENSURE (seg->mem_off % DIO_PAGE_SIZE % lim->mem_align == 0,
+      ENSURE (seg->mem_off % PDIO_PAGE_SIZE % lim->mem_align == 0,
               "bounce segment memory unaligned");
       ENSURE (seg->mem_off + seg->len <= c->bounce_len, "bounce overrun");
     }
@@ -294,14 +296,14 @@ check_chunk (const struct plan_chunk *c, size_t done, uint64_t expect_off,
     ENSURE (used + need <= PLAN_PAGES, "page slots");
     dio_args_map (&d[s], plan_pages + used, (void *) mem, c->seg[s].len, foff);
     ENSURE (d[s].nr_pages == need && d[s].length == c->seg[s].len &&
-            d[s].offset == foff && d[s].first_page_off == mem % DIO_PAGE_SIZE,
+            d[s].offset == foff && d[s].first_page_off == mem % PDIO_PAGE_SIZE,
             "dio_args header of segment %u", s);
     for (unsigned p = 0; p < d[s].nr_pages; p++)
-      ENSURE ((uintptr_t) d[s].pages[p] % DIO_PAGE_SIZE == 0 &&
+      ENSURE ((uintptr_t) d[s].pages[p] % PDIO_PAGE_SIZE == 0 &&
               (uintptr_t) d[s].pages[p] ==
-              mem - mem % DIO_PAGE_SIZE + (uintptr_t) p * DIO_PAGE_SIZE,
+              mem - mem % PDIO_PAGE_SIZE + (uintptr_t) p * PDIO_PAGE_SIZE,
               "page %u of segment %u", p, s);
-    ENSURE ((uintptr_t) d[s].pages[d[s].nr_pages - 1] + DIO_PAGE_SIZE >=
+    ENSURE ((uintptr_t) d[s].pages[d[s].nr_pages - 1] + PDIO_PAGE_SIZE >=
             mem + c->seg[s].len, "pages end before the segment");
     used += need;
     foff += c->seg[s].len;

@@ -236,7 +236,7 @@ check_simple (const uint8_t *buf, uint64_t cookie, uint32_t error)
 static uint32_t
 fuzz_extent_len (const uint8_t *d)
 {
-  return (uint32_t) d[0] << 24 | (uint32_t) d[1] << 16 | d[2] << 8 | d[3];
+  return nbd_get32 (d);
 }
 
 /* Builds the reply the connection would send, from input bytes, and reads

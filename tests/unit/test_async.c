@@ -48,6 +48,7 @@
 #include "req.h"                /* EXT_BATCH */
 #include "mem_backend.h"
 #include "unit.h"
+#include "pagesize.h"
 
 #ifdef PDIO_TEST_ASYNC_THREADS_ONLY
 #define THREADS_ONLY 1
@@ -738,7 +739,7 @@ test_mem_disk (uint32_t align, unsigned eio_every)
   };
   img.size = MEM_SIZE;
   img.bounce_cap = BOUNCE_CAP;
-  img.zero_mem = mmap (NULL, ZERO_LEN + GEOMETRY_PAGE, PROT_READ,
+  img.zero_mem = mmap (NULL, ZERO_LEN + PDIO_PAGE_SIZE, PROT_READ,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK (img.zero_mem != MAP_FAILED, "mmap");
   range_lock_init (&img.lock);
@@ -780,7 +781,7 @@ test_mem_disk (uint32_t align, unsigned eio_every)
   pdio_thread_free (t);
   run_free (&run);
   range_lock_destroy (&img.lock);
-  munmap (img.zero_mem, ZERO_LEN + GEOMETRY_PAGE);
+  munmap (img.zero_mem, ZERO_LEN + PDIO_PAGE_SIZE);
   free (disk.data);
 }
 

@@ -10,9 +10,10 @@
 #include <string.h>
 
 #include "dio_args.h"
+#include "pagesize.h"
 #include "unit.h"
 
-#define AREA (8 * DIO_PAGE_SIZE)
+#define AREA (8 * PDIO_PAGE_SIZE)
 
 /* The bytes iov[] describes, in order, must be exactly want[0..len). */
 static void
@@ -37,8 +38,8 @@ check_iov (const struct iovec *iov, int n, const unsigned char *want,
 int
 main (void)
 {
-  static void *pages[3][AREA / DIO_PAGE_SIZE + 2];
-  unsigned char *area = aligned_alloc (DIO_PAGE_SIZE, 2 * AREA);
+  static void *pages[3][AREA / PDIO_PAGE_SIZE + 2];
+  unsigned char *area = aligned_alloc (PDIO_PAGE_SIZE, 2 * AREA);
   const size_t lengths[] = { 1, 511, 512, 4095, 4096, 4097, 8192, 12289 };
   size_t off, l, skip;
   unsigned long n_cases = 0;
@@ -46,15 +47,15 @@ main (void)
   CHECK (area != NULL, "out of memory");
 
   /* One segment: contiguous memory always merges into one iovec. */
-  for (off = 0; off < DIO_PAGE_SIZE; off++)
+  for (off = 0; off < PDIO_PAGE_SIZE; off++)
     for (l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
       size_t len = lengths[l];
       struct dio_args d;
       struct iovec iov[4];
 
       dio_args_map (&d, pages[0], area + off, len, 1000);
-      CHECK (d.first_page_off == off % DIO_PAGE_SIZE, "first_page_off");
-      CHECK (d.nr_pages == (off + len + DIO_PAGE_SIZE - 1) / DIO_PAGE_SIZE,
+      CHECK (d.first_page_off == off % PDIO_PAGE_SIZE, "first_page_off");
+      CHECK (d.nr_pages == (off + len + PDIO_PAGE_SIZE - 1) / PDIO_PAGE_SIZE,
              "nr_pages %u for off %zu len %zu", d.nr_pages, off, len);
       CHECK (d.length == len && d.offset == 1000, "length/offset");
       for (skip = 0; skip < len; skip += off % 7 + 1) {
@@ -69,8 +70,8 @@ main (void)
   /* Three segments in separate places (head bounce, middle, tail bounce):
    * three iovecs, and a skip that lands in any of them.
    */
-  for (off = 0; off < DIO_PAGE_SIZE; off += 64) {
-    unsigned char *head = area, *mid = area + DIO_PAGE_SIZE + off;
+  for (off = 0; off < PDIO_PAGE_SIZE; off += 64) {
+    unsigned char *head = area, *mid = area + PDIO_PAGE_SIZE + off;
     unsigned char *tail = area + AREA;
     unsigned char expect[512 + 8192 + 512];
     struct dio_args d[3];

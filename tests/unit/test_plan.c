@@ -28,6 +28,7 @@
 
 #include "engine_internal.h"
 #include "mem_backend.h"
+#include "pagesize.h"
 #include "plan.h"
 #include "plan_check.h"
 #include "unit.h"
@@ -75,7 +76,7 @@ check_chunk (const struct plan_request *req, const struct plan_limits *lim,
         covered[seg->mem_off + b]++;
     }
     else {
-      CHECK (seg->mem_off % DIO_PAGE_SIZE % lim->mem_align == 0,
+      CHECK (seg->mem_off % PDIO_PAGE_SIZE % lim->mem_align == 0,
              "bounce seg unaligned");
       CHECK (seg->mem_off + seg->len <= c->bounce_len, "bounce overrun");
     }
@@ -273,7 +274,7 @@ run_geometry (const struct geom *g, unsigned short_every,
   sim.disk.eagain_every = eagain_every;
   for (o = 0; o < sizeof offsets / sizeof offsets[0]; o++)
     for (l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
-      for (p = 0; p < DIO_PAGE_SIZE; p += p < 64 ? 1 : page_step) {
+      for (p = 0; p < PDIO_PAGE_SIZE; p += p < 64 ? 1 : page_step) {
         const struct plan_limits lim = { g->align, g->mem_align, g->cap };
         uint64_t off = offsets[o];
         size_t len = lengths[l];

@@ -29,12 +29,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "pagesize.h"
 #include "pool.h"
 #include "unit.h"
 
 #define MiB ((size_t) 1 << 20)
 #define MAX_CHUNKS 64
-#define CHUNK_PAGES (POOL_CHUNK / POOL_PAGE)
+#define CHUNK_PAGES (POOL_CHUNK / PDIO_PAGE_SIZE)
 
 static unsigned registered[MAX_CHUNKS], unregistered[MAX_CHUNKS];
 static uint64_t seed;
@@ -95,7 +96,7 @@ check_lists (const struct pool *p, const struct buddy *b)
     while (pg != UINT32_MAX) {
       const struct buddy_node *n = o == b->top ? &b->top_node[pg >> b->top]
                                                : &b->node[pg];
-      unsigned c = chunk_of (p, b->base + (size_t) pg * POOL_PAGE);
+      unsigned c = chunk_of (p, b->base + (size_t) pg * PDIO_PAGE_SIZE);
 
       CHECK (n->head == o + 1, "page %" PRIu32 " on list %u: head %u", pg, o,
              n->head);
@@ -151,7 +152,7 @@ static size_t
 resident_pages (const void *mem, size_t len)
 {
   unsigned char vec[1024];
-  size_t n = len / POOL_PAGE, r = 0;
+  size_t n = len / PDIO_PAGE_SIZE, r = 0;
 
   CHECK (n <= sizeof vec, "%zu pages", n);
   CHECK (mincore ((void *) mem, len, vec) == 0, "mincore: %m");
@@ -213,10 +214,10 @@ test_cap (void)
 
   /* The buffer region is whole chunks, or one smaller region. */
   new_pool (&p, 9 * MiB);
-  CHECK (p.bufs.npages * POOL_PAGE == 8 * MiB, "9 MiB of buffers kept %zu "
-         "pages", p.bufs.npages);
+  CHECK (p.bufs.npages * PDIO_PAGE_SIZE == 8 * MiB,
+         "9 MiB of buffers kept %zu pages", p.bufs.npages);
   pool_destroy (&p);
-  new_pool (&p, 1 * MiB + 3 * POOL_PAGE);
+  new_pool (&p, 1 * MiB + 3 * PDIO_PAGE_SIZE);
   CHECK (pool_buf_max (&p) == 1 * MiB, "buf max %zu", pool_buf_max (&p));
   CHECK (p.bufs.free_pages == 256 + 3, "%zu pages", p.bufs.free_pages);
   pool_destroy (&p);
@@ -318,7 +319,7 @@ test_reserve (void)
   long lck0, lck1, min0, maj0, min1, maj1;
   size_t node_pages;
   /* The reserve's page entries (6 KiB from the start) span two pages. */
-  const size_t meta_locked = 2 * POOL_PAGE;
+  const size_t meta_locked = 2 * PDIO_PAGE_SIZE;
   static void *pg[CHUNK_PAGES];
   void *b[3];
   char *r;
@@ -367,9 +368,9 @@ test_reserve (void)
          "all resident after the release");
   node_pages = resident_pages (p.bufs.node, p.bufs.npages *
                                sizeof *p.bufs.node);
-  CHECK (node_pages == meta_locked / POOL_PAGE, "%zu bookkeeping pages "
+  CHECK (node_pages == meta_locked / PDIO_PAGE_SIZE, "%zu bookkeeping pages "
          "resident, want the reserve's %zu", node_pages,
-         meta_locked / POOL_PAGE);
+         meta_locked / PDIO_PAGE_SIZE);
   CHECK (status_kib ("VmLck") == lck1, "VmLck changed");
   check_pool (&p);
 
@@ -489,7 +490,7 @@ test_random (void)
   struct pool p;
   static void *held[SLOTS];
   static size_t len[SLOTS];
-  static uint8_t owner[(8 * MiB + POOL_CHUNK) / POOL_PAGE];
+  static uint8_t owner[(8 * MiB + POOL_CHUNK) / PDIO_PAGE_SIZE];
   uint32_t now = 1000;
   size_t given = 0;
 
@@ -501,8 +502,8 @@ test_random (void)
     size_t first, n;
 
     if (held[i]) {
-      first = ((char *) held[i] - p.mem) / POOL_PAGE;
-      n = pool_rounded (len[i]) / POOL_PAGE;
+      first = ((char *) held[i] - p.mem) / PDIO_PAGE_SIZE;
+      n = pool_rounded (len[i]) / PDIO_PAGE_SIZE;
       for (size_t k = 0; k < n; k++)
         owner[first + k] = 0;
       pool_put (&p, held[i], len[i]);
@@ -514,8 +515,8 @@ test_random (void)
       held[i] = unit_rand (&seed) % 3 ? pool_get_buf (&p, len[i])
                                       : pool_get_bounce (&p, len[i]);
       if (held[i]) {
-        first = ((char *) held[i] - p.mem) / POOL_PAGE;
-        n = pool_rounded (len[i]) / POOL_PAGE;
+        first = ((char *) held[i] - p.mem) / PDIO_PAGE_SIZE;
+        n = pool_rounded (len[i]) / PDIO_PAGE_SIZE;
         CHECK (first % n == 0, "block of %zu pages at page %zu", n, first);
         for (size_t k = 0; k < n; k++) {
           CHECK (owner[first + k] == 0, "page %zu handed out twice",

@@ -15,7 +15,7 @@
 # uninitialised value (--track-origins), no bad free, no definite leak.
 #
 # memcheck cannot see what the kernel writes or reads through io_uring;
-# the engine and the server tell it (src/engine/vg.h): a receive or file
+# the engine and the server tell it (src/common/vg.h): a receive or file
 # read makes its buffer undefined until its completion, which defines
 # exactly the bytes it returned, and a send or file write is checked like
 # sendmsg(2); the buffer pool says what malloc and free would.  valgrind

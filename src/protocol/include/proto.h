@@ -173,47 +173,12 @@
 #define NBD_MAX_REQUEST           (64u * 1024 * 1024)
 
 /* --- big-endian helpers --------------------------------------------------- */
-/* The codec's own tools.  Outside src/protocol they serve pdio's formats
- * that are not NBD (the hand-over's records); an NBD message is written
- * and read only through the codec below.
+/* nbd_put16/32/64 and nbd_get16/32/64 (src/common): the codec's own tools.
+ * Outside src/protocol they serve pdio's formats that are not NBD (the
+ * hand-over's records); an NBD message is written and read only through
+ * the codec below.
  */
-static inline void
-nbd_put16 (uint8_t *p, uint16_t v)
-{
-  p[0] = v >> 8; p[1] = v;
-}
-
-static inline void
-nbd_put32 (uint8_t *p, uint32_t v)
-{
-  p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-}
-
-static inline void
-nbd_put64 (uint8_t *p, uint64_t v)
-{
-  nbd_put32 (p, v >> 32);
-  nbd_put32 (p + 4, (uint32_t) v);
-}
-
-static inline uint16_t
-nbd_get16 (const uint8_t *p)
-{
-  return (uint16_t) (p[0] << 8 | p[1]);
-}
-
-static inline uint32_t
-nbd_get32 (const uint8_t *p)
-{
-  return (uint32_t) p[0] << 24 | (uint32_t) p[1] << 16 |
-         (uint32_t) p[2] << 8 | p[3];
-}
-
-static inline uint64_t
-nbd_get64 (const uint8_t *p)
-{
-  return (uint64_t) nbd_get32 (p) << 32 | nbd_get32 (p + 4);
-}
+#include "byteorder.h"
 
 /* --- what the export offers (proto.c) --------------------------------------- */
 /* Everything a connection's replies depend on: the export as opened and

@@ -11,13 +11,70 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
-#include "tls.h"
-
 #include "engine.h"
-#include "handover.h"
 
+/* --- TLS (tls.c): the credentials pdio serve loads ---------------------- */
+enum pdio_tls_mode {
+  PDIO_TLS_OFF,                 /* STARTTLS gets NBD_REP_ERR_POLICY */
+  PDIO_TLS_ON,                  /* offered; plain clients served too */
+  PDIO_TLS_REQUIRE,             /* nothing but STARTTLS and ABORT before TLS */
+};
+
+/* What pdio serve's --tls* options say.  One of certificates (a directory
+ * with ca-cert.pem, server-cert.pem and server-key.pem, as nbdkit and qemu
+ * name them) and psk_file (psktool's "identity:hex-key" lines) is set
+ * unless mode is PDIO_TLS_OFF.
+ */
+struct pdio_tls_config {
+  enum pdio_tls_mode mode;
+  const char *certificates;
+  const char *psk_file;
+  bool verify_peer;             /* x509: a client certificate signed by
+                                   ca-cert.pem, valid now, is required */
+  const char *const *authz;     /* if n_authz: the only client certificate
+                                   DNs (RFC 4514, as certtool -i prints
+                                   "Subject:") or PSK identities let in */
+  size_t n_authz;
+};
+
+/* The loaded credentials, shared read-only by every worker. */
+struct pdio_tls;
+
+/* 0, or -errno with the reason (the file, what is wrong) logged. */
+extern int pdio_tls_new (const struct pdio_tls_config *cfg,
+                         const struct pdio_log *log, struct pdio_tls **out);
+extern void pdio_tls_free (struct pdio_tls *tls);
+extern enum pdio_tls_mode pdio_tls_mode (const struct pdio_tls *tls);
+
+/* --- the hand-over to a successor (handover.c): what pdio serve drives --- */
+struct handover {
+  int sock;                     /* to the other server, or -1 */
+  pid_t peer;                   /* its pid (as it says, for messages) */
+  int nbd_listen_fd;            /* the listening sockets, or -1 */
+  int handover_listen_fd;
+  uint64_t size;                /* the export as the old server served it */
+  bool readonly;
+  struct handover_conn *conns;  /* handover.h */
+  size_t n, cap;
+};
+
+/* An empty hand-over: no fds, no connections. */
+extern void handover_init (struct handover *ho);
+/* Closes every fd it still holds and frees the payloads. */
+extern void handover_free (struct handover *ho);
+/* The old server's side: a listening unix socket at path, mode 0600 (a
+ * stale socket there is replaced): the fd, or -errno with the reason
+ * logged.  Call it before any thread starts (it sets the umask).
+ */
+extern int handover_listen (const char *path, const struct pdio_log *log);
+/* Waits for the successor's ACK: true once it serves the connections. */
+extern bool handover_wait_ack (struct handover *ho,
+                               const struct pdio_log *log);
+
+/* --- the server ---------------------------------------------------------- */
 struct pdio_server_config {
   struct pdio_image *img;       /* opened by the caller, closed by it */
   unsigned threads;             /* workers; 0: one per online CPU */

@@ -191,15 +191,11 @@ extern size_t pdio_thread_bounce_bytes (const struct pdio_image *img);
 /* Every SQE on the ring, the engine's or the front end's, carries a
  * pointer to one of these as user_data (io_uring_sqe_set_data).  Whoever
  * queued the SQE owns the struct (usually embedded in a bigger one, found
- * back with container_of).
+ * back with container_of, src/common/container_of.h).
  */
 struct pdio_completion {
   void (*fn) (struct pdio_completion *c, int res, uint32_t cqe_flags);
 };
-
-/* The struct of the given type whose member is at ptr. */
-#define container_of(ptr, type, member) \
-  ((type *) ((char *) (ptr) - offsetof (type, member)))
 
 /* liburing's types; this header does not need <liburing.h> itself. */
 struct io_uring;
