@@ -111,7 +111,7 @@ serve() {
     else
         case $plugin in
         pdio) p=/pdio/pdio.so ;;
-        file) p=file ;;
+        file) p='file' ;;
         esac
         srv_spawn "$tag" nbdkit -f -U "$SOCK" "$p" "file=$img" "$@"
         ready() { [ -S "$SOCK" ]; }
@@ -259,9 +259,12 @@ fincore_reference() {
     detail "fincore: $pages pages ($((pages * 4 / 1024)) MiB) of $img resident [reference figure, not a pass condition]"
 }
 
-# The steps the round-trip scenarios share.
-
 attach_advertised() { attach "$(cat "$STATE/dioblock")" "$1"; }
+# advertised_preferred SIZE: the server advertised that preferred block
+# size (serve recorded it).
+advertised_preferred() { [ "$(cat "$STATE/dioblock")" = "$1" ]; }
+
+# The steps the round-trip scenarios share.
 
 # serve_attach LABEL CONNECTIONS HOW: the steps that serve disk.img with
 # pdio.so's parameters by $SERVER's server and attach /dev/nbd0 with the
@@ -270,9 +273,7 @@ serve_attach() {
     step "$1: $(srv_name) serving disk.img on a unix socket" serve "$1" pdio /scratch/disk.img
     step "$1: nbd-client attaches /dev/nbd0 $3" attach_advertised "$2"
 }
-# advertised_preferred SIZE: the server advertised that preferred block
-# size (serve recorded it).
-advertised_preferred() { [ "$(cat "$STATE/dioblock")" = "$1" ]; }
+
 
 fs_round_trip() {   # fs_round_trip LABEL FS
     label=$1 fs=$2
