@@ -363,6 +363,13 @@ srv_all_gone() {
 
 # --- what protects a device's processes --------------------------------------------
 
+# What an idle server keeps pinned: its one worker's 2 MiB pool chunk,
+# registered (VmPin) and locked with the chunk's two pages of allocator
+# bookkeeping (VmLck), so that the first write after idle allocates
+# nothing.
+SRV_RESERVE_PIN_KB=2048
+SRV_RESERVE_LCK_KB=$((SRV_RESERVE_PIN_KB + 8))
+
 # PR_SET_IO_FLUSHER's flags on every thread of process $1 (field 9 of
 # /proc/PID/task/TID/stat: PF_MEMALLOC_NOIO 0x80000, PF_LOCAL_THROTTLE
 # 0x100000): all, none or some.

@@ -73,8 +73,6 @@ cli_list() {
 # server gives the rest of its pool back 5 s after its last request;
 # ext4 may still write for a while after mount), never a timing.  Fails
 # with run.sh --break no-reserve (VmPin 0 kB until the deadline).
-CLI_RESERVE_PIN_KB=2048
-CLI_RESERVE_LCK_KB=$((CLI_RESERVE_PIN_KB + 8))
 cli_idle_memory() {
     pid=$(cli_pid)
     end=$(($(uptime_s) + 300))
@@ -91,10 +89,10 @@ cli_idle_memory() {
         pin=$(awk '/^VmPin:/ { print $2 }' "/proc/$pid/status")
         lck=$(awk '/^VmLck:/ { print $2 }' "/proc/$pid/status")
         total=$(($1 + $2))
-        [ "$total" -gt $((4 << 20)) ] || [ "$pin" != $CLI_RESERVE_PIN_KB ] ||
-            [ "$lck" != $CLI_RESERVE_LCK_KB ] || break
+        [ "$total" -gt $((4 << 20)) ] || [ "$pin" != $SRV_RESERVE_PIN_KB ] ||
+            [ "$lck" != $SRV_RESERVE_LCK_KB ] || break
         if [ "$(uptime_s)" -ge "$end" ]; then
-            echo "after 300 s: PSS server $1 + supervisor $2 = $total bytes, VmPin $pin kB (want $CLI_RESERVE_PIN_KB), VmLck $lck kB (want $CLI_RESERVE_LCK_KB)"
+            echo "after 300 s: PSS server $1 + supervisor $2 = $total bytes, VmPin $pin kB (want $SRV_RESERVE_PIN_KB), VmLck $lck kB (want $SRV_RESERVE_LCK_KB)"
             return 1
         fi
         sleep 2

@@ -171,7 +171,7 @@ od_list() {
 # device is idle (a worker gives its pool back, all but its reserve).
 # The target is 4 MiB per idle device (server + supervisor PSS), each
 # device on its own.  Each server (one worker: one connection) pins and
-# locks its reserve and nothing more (as cli_idle_memory).
+# locks its reserve and nothing more (as the cli scenario's cli_idle_memory).
 OD_PSS_MAX_KIB=4096
 # One reading of every device's PSS and pinned memory; true if each is
 # within its bound.
@@ -190,7 +190,7 @@ od_pss_read() {
         [ "$p" -le "$max" ] || { max=$p maxdev=$d; }
         pin=$(awk '/^VmPin:/ { print $2 }' "/proc/$s/status")
         lck=$(awk '/^VmLck:/ { print $2 }' "/proc/$s/status")
-        if [ "$pin $lck" != "$CLI_RESERVE_PIN_KB $CLI_RESERVE_LCK_KB" ]; then
+        if [ "$pin $lck" != "$SRV_RESERVE_PIN_KB $SRV_RESERVE_LCK_KB" ]; then
             bad=$((bad + 1))
             first_bad=${first_bad:-"$d: VmPin $pin kB, VmLck $lck kB"}
         fi
@@ -210,7 +210,7 @@ od_pss() {
         sleep 2
     done
     echo "$((total / n))" > "$STATE/od.pss_kib"
-    detail "read $(od_secs $(($(od_now) - t0))) s after the last I/O (TCG); $n servers and supervisors alive, $dead dead; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev; limit $OD_PSS_MAX_KIB); each server's VmPin $CLI_RESERVE_PIN_KB kB and VmLck $CLI_RESERVE_LCK_KB kB${first_bad:+ but for $bad (first $first_bad)}"
+    detail "read $(od_secs $(($(od_now) - t0))) s after the last I/O (TCG); $n servers and supervisors alive, $dead dead; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev; limit $OD_PSS_MAX_KIB); each server's VmPin $SRV_RESERVE_PIN_KB kB and VmLck $SRV_RESERVE_LCK_KB kB${first_bad:+ but for $bad (first $first_bad)}"
     [ "$n" = "$OD_N" ]
     [ "$dead" = 0 ]
     [ "$max" -le "$OD_PSS_MAX_KIB" ]
