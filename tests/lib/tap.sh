@@ -1,8 +1,9 @@
 # tests/lib/tap.sh: the suite's one TAP emitter, and the helpers that the
 # tests on this machine and the VM guest share.  Plain POSIX sh: bash
 # sources it through tests/lib/common.sh, busybox ash in the guest through
-# tests/vm/guest-init.sh (tests/vm/run.sh copies it into the initramfs as
-# /pdio/tap.sh, and emits its own results with it too).  It only defines
+# tests/vm/guest-init.sh (tests/vm/run.sh copies tests/lib into the
+# initramfs as /pdio/lib, and emits its own results with it too; the
+# guest's own helpers are in guest.sh).  It only defines
 # functions and the tap_* counters; it sets no shell option and no trap.
 #
 # Settings, read when used:

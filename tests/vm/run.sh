@@ -1,10 +1,12 @@
 #!/bin/sh
-# tests/vm/run.sh — the kernel nbd client against pdio.so, for real.
+# tests/vm/run.sh — the kernel nbd client against pdio, for real.
 #
 # This machine's kernel has no nbd driver, so boot Debian's own kernel under
 # TCG with an initramfs made from this machine's binaries, give the guest a
-# virtio-blk scratch disk, and run nbdkit (pdio.so) and nbd-client inside it
-# over a unix socket.  The guest (tests/vm/guest-init.sh) reports one TAP
+# virtio-blk scratch disk, and run pdio's servers (pdio serve, or nbdkit
+# with pdio.so), pdio(1) and nbd-client inside it.  The guest
+# (tests/vm/guest-init.sh, running tests/vm/scenarios/NAME.sh on
+# tests/lib) reports one TAP
 # line per step on its second serial port; this script passes its results and
 # figures on, as they are, to stdout, adds a failure for each step that
 # never reported, and one last result of its own: the guest ran to
@@ -16,17 +18,21 @@
 #                       logs, scratch disk) and print where it is
 #   --scenario LIST     comma-separated subset of: ext4,ioctl,xfs,fio,
 #                       align4096,sector4k,reference,cli,recover,
-#                       nbdkit_recover,handover,crash,mount,partitions,resize,ondemand,
+#                       nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,
 #                       memory (or its parts memory_flags, memory_cgroup,
-#                       memory_global, memory_swap), and native-ext4, native-xfs, native-fio,
-#                       native-align4096, native-sector4k (the same with
-#                       pdio's own server), tls (nbd-client -enable-tls
+#                       memory_global, memory_swap), and nbdkit-ext4,
+#                       nbdkit-ioctl, nbdkit-xfs, nbdkit-fio,
+#                       nbdkit-align4096, nbdkit-sector4k (the same with
+#                       nbdkit and pdio.so as the server instead of pdio
+#                       serve), tls (nbd-client -enable-tls
 #                       against pdio serve on the guest's loopback), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
-#                       (default: all, in that order, but of memory only
-#                       memory_flags: the pressure cycles take half an
-#                       hour of their own)
+#                       (default: all but nbdkit-ioctl, in that order, but
+#                       of memory only memory_flags: the pressure cycles
+#                       take half an hour of their own).  Each scenario
+#                       is tests/vm/scenarios/NAME.sh (memory.sh has the
+#                       memory ones)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -43,7 +49,9 @@
 #                       are listed in tests/vm/breaks.c): the tests of the
 #                       broken features must then fail
 #
-# Environment: PDIO_VM_CACHE (default /var/cache/pdio-vm) holds the unpacked
+# Environment: PDIO_TEST_SERVER (native, the default, or nbdkit) is the
+# server of the scenarios that run under either (those with an nbdkit-
+# variant) when they are named without the prefix.  PDIO_VM_CACHE (default /var/cache/pdio-vm) holds the unpacked
 # kernel and the cached part of the initramfs, outside the git tree so every
 # clone on this machine reuses it.  PDIO_VM_FIO_SIZE (per fio job, default
 # 24m) and PDIO_VM_FILES (files per filesystem round trip, default 300) size
@@ -55,7 +63,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit_recover,handover,crash,memory_flags,mount,partitions,resize,ondemand,native-ext4,native-xfs,native-fio,native-align4096,native-sector4k,tls,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,memory_flags,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -95,16 +103,21 @@ done
 
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
-    ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|nbdkit_recover|handover|mount|partitions) ;;
+    ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|handover|mount|partitions) ;;
     resize|ondemand) ;;
     crash) ;;
     memory|memory_flags|memory_cgroup|memory_global|memory_swap) ;;
-    native-ext4|native-xfs|native-fio|native-align4096|native-sector4k) ;;
+    nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
 done
+server=${PDIO_TEST_SERVER:-native}
+case $server in
+native|nbdkit) ;;
+*) echo "run.sh: PDIO_TEST_SERVER=$server: native or nbdkit" >&2; exit 2 ;;
+esac
 # The systemd scenario ends with systemd as the guest's init: nothing can
 # run after it, so it goes last.
 case ",$scenarios," in
@@ -472,16 +485,15 @@ fi
 cp "$base" "$work/initrd.cpio"
 exec 9>&-
 
-# The overlay: guest script and its TAP library, plugin under test, fio
-# jobs, settings.
+# The overlay: guest script, its scenarios and library (tests/lib), plugin
+# under test, fio jobs, settings.
 ov=$work/overlay
 rm -rf "$ov" && mkdir -p "$ov/pdio/fio"
 cp "$here/guest-init.sh" "$ov/init"
 chmod 755 "$ov/init"
-# Scenarios kept in files of their own, sourced by the init.
-mkdir -p "$ov/pdio/scenarios"
+mkdir -p "$ov/pdio/scenarios" "$ov/pdio/lib"
 cp "$here/scenarios/"*.sh "$ov/pdio/scenarios/"
-cp "$top/tests/lib/tap.sh" "$ov/pdio/tap.sh"
+cp "$top/tests/lib/"* "$ov/pdio/lib/"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin" "$ov/pdio/broken"
 # The test build is named pdio too: pdio knows its servers and itself by
@@ -507,6 +519,7 @@ esac
     echo "FILES='$files'"
     echo "MEM_CYCLES='$mem_cycles'"
     echo "SHELL_ONLY='$shell'"
+    echo "PDIO_TEST_SERVER='$server'"
     echo "PDIO_TEST_BREAK='$break_list'"
     echo "HOST_NBDKIT_VERSION='$(nbdkit --version | awk '{print $2}')'"
 } > "$ov/pdio/settings"

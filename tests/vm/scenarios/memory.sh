@@ -1,7 +1,7 @@
 # tests/vm/scenarios/memory.sh — the guest's memory-pressure scenarios,
 # sourced by guest-init.sh (run.sh copies it to /pdio/scenarios/), whose
-# helpers it uses: step, detail, tap_diag, wait_until, fe_no_state,
-# fe_no_server, proc_gone, uptime_s.
+# helpers it uses: step, detail, tap_diag, wait_until, srv_no_state,
+# srv_no_server, proc_gone, uptime_s.
 #
 # A pdio device must never deadlock the machine, and its server must never
 # be the OOM killer's victim.  Every write the kernel flushes to the device
@@ -279,8 +279,8 @@ mf_replace() {
 
 mf_detach() {
     pdio detach "$(mem_dev)"
-    fe_no_state
-    fe_no_server
+    srv_no_state
+    srv_no_server
 }
 
 scenario_memory_flags() {
@@ -542,7 +542,7 @@ mem_rescue() {
     done
     d=$(mem_dev)
     mem_bounded 60 pdio detach --force "$d" || mem_bounded 60 nbd-client -d "$d" || true
-    wait_until 120 fe_disconnected "${d#/dev/nbd}" || echo "$d still connected"
+    wait_until 120 srv_disconnected "${d#/dev/nbd}" || echo "$d still connected"
     umount -l "$MNT" || true
     : > "$STATE/mem.stuck"
 }
@@ -574,8 +574,8 @@ mem_end() {
     mem_bounded 120 umount "$MNT"
     mem_bounded 300 e2fsck -fn "$(mem_dev)"
     pdio detach "$(mem_dev)"
-    fe_no_state
-    fe_no_server
+    srv_no_state
+    srv_no_server
     [ ! -d "$MEM_CG" ] || wait_until 10 rmdir "$MEM_CG"
     detail "server $srv, restarts $restarts${reason:+ ($reason)}, oom_kill in pdio's cgroup ($scg): $pdio_kills; e2fsck clean"
     [ "$srv" = "$(cat "$STATE/mem.srv0")" ]
@@ -712,8 +712,8 @@ ms_end() {
     mem_keep_log swap
     mem_bounded 120 swapoff "$(mem_dev)"
     pdio detach "$(mem_dev)"
-    fe_no_state
-    fe_no_server
+    srv_no_state
+    srv_no_server
     detail "swapoff in $(mem_secs "$mem_took") s; server $srv, restarts $restarts${reason:+ ($reason)}"
     [ "$srv" = "$(cat "$STATE/mem.srv0")" ]
     [ "$restarts" = 0 ]

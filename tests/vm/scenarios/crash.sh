@@ -1,0 +1,176 @@
+# --- a crash costs only the restart (scenario crash) ---------------------------------
+# pdio attach with its defaults: one connection, kernel request timeout 0,
+# /sys/block/nbdN/queue/io_timeout 1000 ms.  The requests in flight on a
+# dead connection are then resent at their timer's first expiry after the
+# supervisor's NBD_CMD_RECONFIGURE (the connection's cookie changed); a
+# live connection is never dropped for a slow request; a server that stops
+# answering is the supervisor's watchdog's to replace.  Reuses the recover
+# scenario's fio loop, probe writer and pause measurement (rc_*).
+#
+# Each check was shown to fail against the test build (run.sh --break):
+#   kernel-timeout-default  attach as before (timeout 15 s, one connection
+#                         per CPU up to 4): the defaults check fails, and
+#                         the crash pauses exceed 3 s
+#   no-watchdog           the supervisor never probes its server: the hung
+#                         server is not replaced
+#   kernel-timeout-nonzero  the 1 s timer as a kernel request timeout: the
+#                         slow-storage check fails (the connection of a
+#                         slow request is dropped and handed over again)
+CR_PAUSE_MAX_MS=3000    # the longest probe pause allowed at a crash (TCG)
+CR_HUNG_MS=10000        # watchdog.c: WATCHDOG_HUNG_MS
+CR_SLOW_MS=3000         # dm-delay's delay
+CR_SLOW_WRITES=2
+
+# cr_attach SERVER: rc_attach_fs with the defaults, which it checks.
+cr_attach() {
+    SERVER=$1
+    rc_attach_fs
+    io=$(cat "/sys/block/nbd$(rc_idx)/queue/io_timeout")
+    hw=$(ls "/sys/block/nbd$(rc_idx)/mq" | wc -l)
+    detail "$(rc_dev): defaults: connections $(rc_field connections) ($hw hardware queue(s)), timeout $(rc_field timeout) s, io_timeout $io ms, dead-connection timeout $(rc_field dead_timeout) s; server pid $(rc_field server_pid)"
+    [ "$(rc_field connections)" = 1 ] && [ "$hw" = 1 ]
+    [ "$(rc_field timeout)" = 0 ]
+    [ "$io" = 1000 ]
+}
+
+# cr_crash HOW N: the recover scenario's replacement test, and every
+# pause at most CR_PAUSE_MAX_MS.
+cr_crash() {
+    rc_replace "$@" || return 1
+    pauses=$(rc_pauses)
+    echo "$1 pauses (ms): $pauses"
+    for p in $pauses; do
+        [ "$p" -le "$CR_PAUSE_MAX_MS" ] || { echo "pause $p ms > $CR_PAUSE_MAX_MS ms"; return 1; }
+    done
+}
+
+# SIGSTOP the server during fio: the watchdog kills it after CR_HUNG_MS
+# without an answer and the supervisor starts a new one; fio sees no error.
+cr_hung() {
+    kmsg_reset
+    r0=$(rc_field restarts)
+    rc_fio_loop hung
+    rc_probe
+    sleep 3
+    old=$(rc_field server_pid)
+    case $old in ''|0) echo "no server"; touch "$STATE/rc.stop"; return 1 ;; esac
+    cut -d' ' -f1 /proc/uptime > "$STATE/rc.kills"
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    kill -STOP "$old"
+    ok=0
+    wait_until 60 rc_replaced $((r0 + 1)) "$old" || ok=1
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    # Not replaced: the stopped server would hold fio (and this test) for
+    # ever; killed, the supervisor brings it back as after a crash.
+    [ "$ok" = 0 ] || kill -KILL "$old"
+    sleep 3
+    rc_io_stop
+    [ "$ok" = 0 ] || { echo "not replaced 60 s after SIGSTOP"; return 1; }
+    grep "pdio-supervise" "$PDIO_RUN/nbd$(rc_idx).supervisor.log" | tail -n 4
+    set -- $(rc_fio_figures hung)
+    maxlat=$1 fioerrs=$2
+    took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", (b - a) * 1000 }')
+    stuck=$(dmesg | grep -c 'Possible stuck request' || true)
+    reason=$(rc_field reason)
+    tap_diag "hung server (SIGSTOP): replaced ${took} ms after the stop (watchdog bound $CR_HUNG_MS ms + probe interval + restart; TCG); probe pause $(rc_pauses)ms; fio $fioerrs errors, max latency $maxlat ms; kernel 'Possible stuck request' lines: $stuck"
+    detail "reason: $reason; replaced after ${took} ms; fio $fioerrs errors; kernel I/O errors $(nbd_io_errors)"
+    [ ! -s "$STATE/rc.fiofail" ] || { cat "$STATE/rc.fiofail"; return 1; }
+    [ "$fioerrs" = 0 ] && [ "$(nbd_io_errors)" = 0 ]
+    case $reason in "server hung: no answer for "*) ;; *) return 1 ;; esac
+    proc_gone "$old"
+}
+
+# Slow storage: the image is a device-mapper device whose first MiB is a
+# dm-delay target (CR_SLOW_MS on every I/O), the rest linear, over a loop
+# device.  The watchdog's probes (offset 0) are slow too.  A writer keeps
+# the fast part busy while CR_SLOW_WRITES 4 KiB O_DIRECT writes go, one
+# after another, to the slow part.  Pass: each took the delay, no
+# connection was dropped (no restart, no hand-over, no kernel timeout or
+# dead-connection message), no I/O error, the data reads back, and the
+# kernel logged at most 3 lines per slow request, the writes and their
+# read-backs ("Possible stuck request", one per expiry of the 1 s timer:
+# at 1-2, 2-3 and, under TCG's load, 3-4 s).
+cr_slow() {
+    back=/scratch/slow-back.img
+    rm -f "$back" "$STATE/slow.stop" "$STATE/slow.fail"
+    truncate -s 64M "$back"
+    # By its path: the guest's busybox sh runs its own applet for "losetup".
+    loop=$(/usr/sbin/losetup -f --show "$back")
+    total=$((64 * 2048)) slow=2048
+    printf '0 %d delay %s 0 %d\n%d %d linear %s %d\n' \
+        "$slow" "$loop" "$CR_SLOW_MS" "$slow" $((total - slow)) "$loop" "$slow" |
+        DM_DISABLE_UDEV=1 dmsetup create pdio-slow --noudevsync
+    dmdev=/dev/mapper/pdio-slow
+    if [ ! -b "$dmdev" ]; then
+        for b in /sys/block/dm-*; do
+            [ "$(cat "$b/dm/name")" = pdio-slow ] && dmdev=/dev/${b##*/}
+        done
+    fi
+    [ -b "$dmdev" ] || { echo "no dm device"; ls -l /dev/mapper /sys/block; return 1; }
+    d=$(pdio attach "$dmdev")
+    i=${d#/dev/nbd}
+    sup=$(sed -n 's/^supervisor_pid=//p' "$PDIO_RUN/nbd$i.rec")
+    server=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
+    head -c 4096 /dev/urandom > /tmp/slow.pat
+    kmsg_reset
+    (
+        n=0
+        while [ ! -f "$STATE/slow.stop" ]; do
+            dd if=/tmp/slow.pat of="$d" bs=4096 count=1 seek=$((1024 + n % 4096)) oflag=direct conv=notrunc 2>/dev/null ||
+                echo "fast write $n failed" >> "$STATE/slow.fail"
+            n=$((n + 1))
+        done
+    ) &
+    writer=$!
+    times=""
+    k=0
+    while [ $k -lt "$CR_SLOW_WRITES" ]; do
+        a=$(cut -d' ' -f1 /proc/uptime)
+        dd if=/tmp/slow.pat of="$d" bs=4096 count=1 seek=$((8 + k)) oflag=direct conv=notrunc 2>/dev/null ||
+            echo "slow write $k failed" >> "$STATE/slow.fail"
+        b=$(cut -d' ' -f1 /proc/uptime)
+        times="$times $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%d", (b - a) * 1000 }')"
+        k=$((k + 1))
+    done
+    sleep 2
+    touch "$STATE/slow.stop"
+    wait "$writer" || true
+    bad=0 k=0
+    while [ $k -lt "$CR_SLOW_WRITES" ]; do
+        dd if="$d" bs=4096 count=1 skip=$((8 + k)) iflag=direct 2>/dev/null | cmp -s - /tmp/slow.pat || bad=$((bad + 1))
+        k=$((k + 1))
+    done
+    dmesg | grep -i nbd > "$STATE/slow.kmsg" || true
+    cat "$STATE/slow.kmsg"
+    lines=$(wc -l < "$STATE/slow.kmsg")
+    nslow=$((2 * CR_SLOW_WRITES))
+    dropped=$(grep -ci 'timed out\|dead\|shutting down\|failed\|I/O error\|Double reply\|Unexpected' "$STATE/slow.kmsg" || true)
+    handed=$(grep -c 'died\|handed\|killing\|not answered' "$PDIO_RUN/nbd$i.supervisor.log" || true)
+    restarts=$(sed -n 's/^restarts=//p' "$PDIO_RUN/nbd$i.rec")
+    server2=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
+    pdio detach "$d"
+    DM_DISABLE_UDEV=1 dmsetup remove pdio-slow
+    /usr/sbin/losetup -d "$loop"
+    tap_diag "slow storage (dm-delay $CR_SLOW_MS ms): slow writes took${times} ms; kernel log: $lines nbd line(s) for $nslow slow requests, $dropped of a dropped connection or error; supervisor: $handed hand-over(s), restarts $restarts"
+    detail "slow writes took${times} ms; $bad read back wrong; server $server -> $server2, supervisor $sup; $(cat "$STATE/slow.fail" 2>/dev/null | wc -l) failed writes"
+    [ ! -s "$STATE/slow.fail" ] && [ "$bad" = 0 ]
+    for t in $times; do
+        [ "$t" -ge $((CR_SLOW_MS - 500)) ] || { echo "a slow write took $t ms: the delay did not apply"; return 1; }
+    done
+    [ "$dropped" = 0 ] && [ "$handed" = 0 ] && [ "$restarts" = 0 ] && [ "$server2" = "$server" ]
+    [ "$lines" -le $((3 * nslow)) ]
+}
+
+scenario_crash() {
+    step "crash: pdio attach with its defaults (1 connection, timeout 0, io_timeout 1000 ms), mkfs.ext4, mount" cr_attach native
+    step "crash: server SIGKILLed 3 times during fio verify: 0 errors, each pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash kill 3
+    step "crash: server SIGABRTed during fio verify: 0 errors, pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash abort 1
+    step "crash: server SIGSTOPped during fio verify: the watchdog replaces it, 0 errors" cr_hung
+    step "crash: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
+    step "crash: slow storage (dm-delay ${CR_SLOW_MS} ms): no connection dropped, no error, at most 3 kernel lines per slow request" cr_slow
+    # The other server: the kernel's side is the same.
+    step "crash: pdio attach --nbdkit with its defaults, mkfs.ext4, mount" cr_attach nbdkit
+    step "crash: nbdkit SIGKILLed 2 times during fio verify: 0 errors, each pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash kill 2
+    step "crash: nbdkit SIGSTOPped during fio verify: the watchdog replaces it, 0 errors" cr_hung
+    step "crash: nbdkit: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
+}
