@@ -112,7 +112,7 @@ extern const char *rundir (void);
  * it holds the servers' sockets.  false with the error printed.
  */
 extern bool make_rundir (const char *cmd);
-/* $PDIO_SYSFS or /sys (tests point it at a fake tree). */
+/* /sys (the test build: or a fake tree, test_sysfs). */
 extern const char *sysfs (void);
 /* What nbdkit loads (--nbdkit): the --plugin option, else $PDIO_PLUGIN,
  * else "pdio" (nbdkit-pdio-plugin.so).
@@ -645,9 +645,14 @@ extern void test_break_link (void);
  * pdio.canary=1), so that stale bounce memory reaching a client shows.
  */
 extern bool test_bounce_canary (void);
+/* Another test setting: $PDIO_SYSFS, a fake sysfs tree for the host's
+ * tests (this machine has no nbd driver), or NULL.
+ */
+extern const char *test_sysfs (void);
 #else
 #define test_break(what) false
 #define test_bounce_canary() false
+#define test_sysfs() NULL
 #endif
 
 /* --- daemon.c: the server of an attachment, as a daemon ------------------ */
@@ -725,7 +730,7 @@ struct native_serve {
   int backend;                  /* enum pdio_backend */
   unsigned threads;             /* 0: one per CPU */
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
-  bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+  bool exit_with_parent;        /* SIGTERM when the parent dies */
   const char *bind;             /* TCP: the address; NULL: loopback */
   bool plain_beyond_loopback;   /* --tls=off spelled out */
   mode_t socket_mode;           /* 0: 0600 */

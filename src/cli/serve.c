@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,7 +34,7 @@ struct serve_opts {
   const char *align, *backend;  /* as given, NULL: the default */
   unsigned long threads;        /* native server: 0 = one per CPU */
   const char *pidfile;          /* native server: daemon mode (attach) */
-  bool exit_with_parent;        /* native server: for the tests */
+  bool exit_with_parent;        /* stop when the parent exits */
   const char *bind;             /* with --port: the address */
   const char *tls;              /* --tls as given, NULL: not given */
   const char *socket_mode, *socket_group;
@@ -91,6 +92,8 @@ usage (FILE *fp)
 "                         --socket or --port names what it listened on\n"
 "      --oom-protect      oom_score_adj -1000: the OOM killer never picks\n"
 "                         the server (pdio attach's servers have it)\n"
+"      --exit-with-parent  stop (as on SIGTERM) when the process that\n"
+"                         started it exits\n"
 "      --swap             for swap on a device it serves: all of the\n"
 "                         server's memory is locked (mlockall) and never\n"
 "                         given back; implies --oom-protect\n"
@@ -178,7 +181,7 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "threads", required_argument, NULL, 'T' },
     { "nbdkit", no_argument, NULL, 'N' },
     { "pidfile", required_argument, NULL, 'F' },  /* for attach */
-    { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
+    { "exit-with-parent", no_argument, NULL, 'E' },
     { "bind", required_argument, NULL, 'b' },
     { "max-connections", required_argument, NULL, 'M' },
     { "handshake-timeout", required_argument, NULL, 'W' },
@@ -468,6 +471,9 @@ cmd_serve (int argc, char **argv)
   sigaddset (&sigs, SIGHUP);
   sigaddset (&sigs, SIGCHLD);
   sigprocmask (SIG_BLOCK, &sigs, NULL);
+  /* The SIGTERM is passed on to nbdkit, an orderly stop. */
+  if (o.exit_with_parent)
+    prctl (PR_SET_PDEATHSIG, SIGTERM);
 
   /* nbdkit inherits both; it locks its memory itself (its --swap). */
   serve_protect (o.oom_protect);

@@ -144,7 +144,9 @@ make_rundir (const char *cmd)
 const char *
 sysfs (void)
 {
-  return env_or ("PDIO_SYSFS", "/sys");
+  const char *fake = test_sysfs ();
+
+  return fake ? fake : "/sys";
 }
 
 const char *
