@@ -118,6 +118,11 @@ extern const char *sysfs (void);
  * else "pdio" (nbdkit-pdio-plugin.so).
  */
 extern const char *plugin_name (const char *option);
+/* The one operand after a command's options (argv[optind], what it is
+ * named in the message), or NULL with the error said and usage shown.
+ */
+extern const char *one_operand (const char *cmd, int argc, char **argv,
+                                const char *what, void (*usage) (FILE *));
 /* False, with a message naming cmd, if not run as root. */
 extern bool need_root (const char *cmd);
 /* For backoffs only, where nothing announces the end of the wait: a wait
@@ -709,6 +714,11 @@ extern const struct record *attachments_match (const char *what,
  */
 extern bool record_find (const char *cmd, const char *what,
                          struct record *out);
+/* The command line's one DEVICE or IMAGE operand, as root, to its
+ * record: EXIT_OK, or the exit status with the error said.
+ */
+extern int record_operand (const char *cmd, int argc, char **argv,
+                           void (*usage) (FILE *), struct record *out);
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */

@@ -221,14 +221,7 @@ cmd_restart (int argc, char **argv)
     case 'h': usage (stdout); return EXIT_OK;
     default: usage (stderr); return EXIT_USAGE;
     }
-  if (optind != argc - 1) {
-    errorf (CMD ": give one DEVICE or IMAGE");
-    usage (stderr);
-    return EXIT_USAGE;
-  }
-  if (!need_root (CMD))
-    return EXIT_NOT_ROOT;
-  if (!record_find (CMD, argv[optind], &r))
-    return EXIT_FAILED;
+  if ((c = record_operand (CMD, argc, argv, usage, &r)) != EXIT_OK)
+    return c;
   return restart_server (CMD, &r) ? EXIT_OK : EXIT_FAILED;
 }

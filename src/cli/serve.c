@@ -335,14 +335,8 @@ parse (int argc, char **argv, struct serve_opts *o)
   }
   if (!check_tls (o))
     return EXIT_USAGE;
-  if (optind != argc - 1) {
-    errorf (CMD ": %s", optind == argc ? "no IMAGE given"
-                                       : "only one IMAGE, please");
-    usage (stderr);
-    return EXIT_USAGE;
-  }
-  o->image = argv[optind];
-  return EXIT_OK;
+  o->image = one_operand (CMD, argc, argv, "IMAGE", usage);
+  return o->image ? EXIT_OK : EXIT_USAGE;
 }
 
 static void

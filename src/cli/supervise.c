@@ -89,7 +89,7 @@ struct sup {
   long hung_ms;                 /* the server was killed as hung after
                                    owing an answer this long, or 0 */
   bool stalled;                 /* after it was given longer, stalled */
-  char requested_how[PATH_MAX + 256]; /* why the hand-over was not done */
+  char requested_how[PATH_MAX + 320]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
 };
@@ -219,6 +219,31 @@ last_log_line (const char *log, char *buf, size_t len)
   buf[strcspn (buf, "\n")] = '\0';
 }
 
+/* Starts a server with so, logging to the device's log; the previous
+ * server's messages stay beside it for whoever investigates.  Its pid, or
+ * <= 0 with why ending in the new log's last line (what it died of).
+ */
+static pid_t
+start_logged (struct sup *s, const struct server_opts *so, char *why,
+              size_t len)
+{
+  char prev[PATH_MAX + 8], last[512];
+  pid_t pid;
+
+  snprintf (prev, sizeof prev, "%s.prev", s->log);
+  rename (s->log, prev);
+  pid = server_start (so, s->log, why, len);
+  if (pid <= 0) {
+    last_log_line (s->log, last, sizeof last);
+    if (last[0]) {
+      size_t n = strlen (why);
+
+      snprintf (why + n, len - n, ": %s", last);
+    }
+  }
+  return pid;
+}
+
 static void
 give_up (struct sup *s, const char *why)
 {
@@ -235,7 +260,6 @@ give_up (struct sup *s, const char *why)
 static bool
 start_and_reconnect (struct sup *s, char *why, size_t len)
 {
-  char prev[PATH_MAX + 8], last[512];
   char id[BACKEND_ID_MAX];
   pid_t pid;
   int status;
@@ -261,19 +285,9 @@ start_and_reconnect (struct sup *s, char *why, size_t len)
               s->rec.image, LOCK_WAIT_MS / 1000);
     return false;
   }
-  /* The dead server's messages stay for whoever investigates. */
-  snprintf (prev, sizeof prev, "%s.prev", s->log);
-  rename (s->log, prev);
-  pid = server_start (&s->so, s->log, why, len);
-  if (pid <= 0) {
-    last_log_line (s->log, last, sizeof last);
-    if (last[0]) {
-      size_t n = strlen (why);
-
-      snprintf (why + n, len - n, ": %s", last);
-    }
+  pid = start_logged (s, &s->so, why, len);
+  if (pid <= 0)
     return false;
-  }
   s->rec.server_pid = pid;
   refresh (s);
   if (device_reconnect (&s->rec, why, len))
@@ -539,23 +553,13 @@ static bool
 hand_over (struct sup *s, char *why, size_t len)
 {
   struct server_opts so = s->so;
-  char prev[PATH_MAX + 8], last[512];
   pid_t old = s->rec.server_pid, pid;
   long t0 = now_ms ();
 
   so.take_over = true;
-  snprintf (prev, sizeof prev, "%s.prev", s->log);
-  rename (s->log, prev);
-  pid = server_start (&so, s->log, why, len);
-  if (pid <= 0) {
-    last_log_line (s->log, last, sizeof last);
-    if (last[0]) {
-      size_t n = strlen (why);
-
-      snprintf (why + n, len - n, ": %s", last);
-    }
+  pid = start_logged (s, &so, why, len);
+  if (pid <= 0)
     return false;
-  }
   reap_handed (old);
   s->rec.server_pid = pid;
   say ("server pid %d took the live connections of %s over from pid %d "
