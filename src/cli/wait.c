@@ -26,7 +26,8 @@
  * (__fput), a block device's "change" uevent at a disconnect before its
  * pid attribute goes.  So after an event the condition is asked again
  * every SETTLE_MS for SETTLE_ROUNDS rounds before the wait goes back to
- * waiting for the next event.
+ * waiting for the next event; and so it is at the start, for an event
+ * that came after the watch began but before the change was complete.
  */
 #define SETTLE_MS 5
 #define SETTLE_ROUNDS 40
@@ -63,7 +64,7 @@ drain (int fd)
 bool
 wait_until (int fd, bool (*ready) (void *), void *arg, long end)
 {
-  int settle = 0;
+  int settle = SETTLE_ROUNDS;
 
   for (;;) {
     struct pollfd p = { .fd = fd, .events = POLLIN };
