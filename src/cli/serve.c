@@ -15,7 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/pidfd.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -350,31 +354,70 @@ print_how_to_attach (const struct serve_opts *o, const char *image,
                         info->readonly);
 }
 
-/* Runs until nbdkit exits; termination signals are passed on to it. */
+/* Until nbdkit answers, it is asked again every ANNOUNCE_RETRY_MS: on a
+ * TCP port nothing announces a listener, and a unix socket exists from
+ * bind, a moment before listen.  A unix socket is first waited for.
+ */
+#define ANNOUNCE_RETRY_MS 50
+
+/* Runs until nbdkit exits (its pidfd); termination signals are passed on
+ * to it.  It is announced once it answers.
+ */
 static int
 wait_nbdkit (pid_t pid, const struct serve_opts *o, const char *image,
              const sigset_t *sigs)
 {
   struct server_info info;
-  bool announced = false;
-  char why[256];
-  int status;
+  bool announced = false, asking = true;
+  char why[256], buf[4096];
+  int status, sfd, pfd, in;
 
+  sfd = signalfd (-1, sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+  pfd = pidfd_open (pid, 0);
+  in = o->socket ? inotify_on_dir (o->socket, IN_CREATE | IN_MOVED_TO) : -1;
+  if (sfd == -1 || pfd == -1) {
+    errorf (CMD ": cannot watch nbdkit, pid %d: %m", (int) pid);
+    kill (pid, SIGTERM);
+  }
   for (;;) {
-    struct timespec tick = { .tv_nsec = 50000000 };
-    int sig = sigtimedwait (sigs, NULL, &tick);
-    pid_t w = waitpid (pid, &status, WNOHANG);
+    struct pollfd p[3] = {
+      { .fd = sfd, .events = POLLIN }, { .fd = pfd, .events = POLLIN },
+      { .fd = in, .events = POLLIN },
+    };
+    struct signalfd_siginfo si;
 
-    if (w == pid)
+    if (!announced && asking) {
+      if (server_query (o->socket, o->port, 0, &info, why, sizeof why)) {
+        print_how_to_attach (o, image, &info);
+        announced = true;
+      }
+      else if (in >= 0 && access (o->socket, F_OK) == -1)
+        asking = false;         /* until the socket is made */
+    }
+    if (waitpid (pid, &status, sfd == -1 || pfd == -1 ? 0 : WNOHANG) == pid)
       break;
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+    if (poll (p, 3, announced || !asking ? -1 : ANNOUNCE_RETRY_MS) == -1 &&
+        errno != EINTR) {
+      errorf (CMD ": poll: %m");
       kill (pid, SIGTERM);
-    else if (!announced &&
-             server_query (o->socket, o->port, 0, &info, why, sizeof why)) {
-      print_how_to_attach (o, image, &info);
-      announced = true;
+      waitpid (pid, &status, 0);
+      break;
+    }
+    while (sfd >= 0 && read (sfd, &si, sizeof si) == sizeof si)
+      if (si.ssi_signo != SIGCHLD)
+        kill (pid, SIGTERM);
+    if (p[2].revents & POLLIN) {
+      while (read (in, buf, sizeof buf) > 0)
+        ;
+      asking = true;
     }
   }
+  if (sfd >= 0)
+    close (sfd);
+  if (pfd >= 0)
+    close (pfd);
+  if (in >= 0)
+    close (in);
   if (WIFEXITED (status))
     return WEXITSTATUS (status) == 0 ? EXIT_OK : EXIT_FAILED;
   errorf (CMD ": nbdkit was killed by signal %d", WTERMSIG (status));
