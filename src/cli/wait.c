@@ -168,28 +168,38 @@ wait_nbd (int idx, bool (*ready) (int idx, void *arg), void *arg,
   return ok;
 }
 
+struct process {
+  pid_t pid;
+  int fd;
+};
+
+/* A pidfd polls readable once the process has exited, zombie or not; a
+ * zombie is also what pid_alive calls gone (its main thread may be one
+ * before the others have exited).
+ */
 static bool
 pid_gone (void *arg)
 {
-  return !pid_alive (*(pid_t *) arg);
+  struct process *p = arg;
+  struct pollfd pf = { .fd = p->fd, .events = POLLIN };
+
+  return (p->fd >= 0 && poll (&pf, 1, 0) == 1 && (pf.revents & POLLIN)) ||
+    !pid_alive (p->pid);
 }
 
 bool
 wait_gone (pid_t pid, unsigned ms)
 {
-  int fd;
+  struct process p = { .pid = pid };
   bool gone;
 
   if (pid <= 0)
     return true;
-  /* A pidfd polls readable once the process has exited, zombie or not,
-   * which is what pid_alive calls gone.
-   */
-  fd = pidfd_open (pid, 0);
-  if (fd == -1 && errno == ESRCH)
+  p.fd = pidfd_open (pid, 0);
+  if (p.fd == -1 && errno == ESRCH)
     return true;
-  gone = wait_until (fd, pid_gone, &pid, deadline_in (ms));
-  if (fd >= 0)
-    close (fd);
+  gone = wait_until (p.fd, pid_gone, &p, deadline_in (ms));
+  if (p.fd >= 0)
+    close (p.fd);
   return gone;
 }
