@@ -72,10 +72,16 @@ this_thread (void)
   return t;
 }
 
-/* -D pdio.canary=1 (testing): fill bounce pages with a canary whenever they
- * are free, so any leak of stale bounce memory to a client shows.
+#ifdef PDIO_TEST_BREAKS
+/* -D pdio.canary=1, in the test build only (tests/faults/pdio_test.la):
+ * fill bounce pages with a canary whenever they are free, so any leak of
+ * stale bounce memory to a client shows.
  */
 NBDKIT_DLL_PUBLIC int pdio_debug_canary = 0;
+#define bounce_canary() (pdio_debug_canary != 0)
+#else
+#define bounce_canary() false
+#endif
 
 static void
 log_warning (const char *fmt, va_list args)
@@ -185,7 +191,7 @@ plugin_get_ready (void)
     .readonly = readonly,
     .backend = backend,
     .align = align,
-    .bounce_canary = pdio_debug_canary != 0,
+    .bounce_canary = bounce_canary (),
     .log = plugin_log,
   };
 

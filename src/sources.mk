@@ -50,11 +50,13 @@ SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
 # umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone),
 # and so is watchdog.c (tests/unit/test_watchdog); negotiate.c needs only
-# a socket (tests/unit/test_negotiate).
+# a socket (tests/unit/test_negotiate); wait.c needs only spawn.c and
+# util.c (tests/unit/test_wait).
+CLI_WAIT_C = %reldir%/cli/wait.c %reldir%/cli/spawn.c %reldir%/cli/util.c
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
 CLI_NEGOTIATE_C = %reldir%/cli/negotiate.c
-CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) \
+CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_WAIT_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \
@@ -63,7 +65,6 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) \
 	%reldir%/cli/server_cmd.c %reldir%/cli/device.c \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
 	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
-	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c \
-	%reldir%/cli/proctask.c %reldir%/cli/systemd.c %reldir%/cli/placement.c \
-	%reldir%/cli/protect.c %reldir%/cli/pressure.c
+	%reldir%/cli/procmem.c %reldir%/cli/proctask.c %reldir%/cli/systemd.c \
+	%reldir%/cli/placement.c %reldir%/cli/protect.c %reldir%/cli/pressure.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h

@@ -190,14 +190,8 @@ parse (int argc, char **argv, struct attach_opts *o)
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
-  if (optind != argc - 1) {
-    errorf (CMD ": %s", optind == argc ? "no IMAGE given"
-                                       : "only one IMAGE, please");
-    usage (stderr);
-    return EXIT_USAGE;
-  }
-  o->image = argv[optind];
-  return EXIT_OK;
+  o->image = one_operand (CMD, argc, argv, "IMAGE", usage);
+  return o->image ? EXIT_OK : EXIT_USAGE;
 }
 
 /* The image exists and is a file or a block device; its real path and

@@ -155,3 +155,16 @@ record_find (const char *cmd, const char *what, struct record *out)
   free (recs);
   return ok;
 }
+
+int
+record_operand (const char *cmd, int argc, char **argv,
+                void (*usage) (FILE *), struct record *out)
+{
+  const char *what = one_operand (cmd, argc, argv, "DEVICE or IMAGE", usage);
+
+  if (what == NULL)
+    return EXIT_USAGE;
+  if (!need_root (cmd))
+    return EXIT_NOT_ROOT;
+  return record_find (cmd, what, out) ? EXIT_OK : EXIT_FAILED;
+}

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -86,12 +87,53 @@ still_there (int fd, const char *path)
     a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+struct waiting {
+  int fd;
+  struct claim_holder *h;
+  bool locked;
+};
+
+/* fd locked, or its holder done attaching.  A holder gone between the two
+ * calls (no pid) is tried again at once.
+ */
+static bool
+settled (void *arg)
+{
+  struct waiting *w = arg;
+
+  for (;;) {
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+    if (fcntl (w->fd, F_SETLK, &fl) == 0)
+      return w->locked = true;
+    read_holder (w->fd, w->h);
+    if (w->h->pid != 0)
+      return strcmp (w->h->doing, "attached") == 0;
+  }
+}
+
+/* Waits until end for the holder of the claim open at fd to let go (it
+ * closes the file or exits: a close event, its locks already released)
+ * or to note that it is attached (a write): true once fd holds the lock.
+ */
+static bool
+outwait (int fd, const char *path, long end, struct claim_holder *h)
+{
+  struct waiting w = { .fd = fd, .h = h };
+  int in = inotify_on (path, IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB);
+
+  wait_until (in, settled, &w, end);
+  if (in >= 0)
+    close (in);
+  return w.locked;
+}
+
 int
 claim_take (const char *name, const char *doing, unsigned wait_ms,
             struct claim_holder *h)
 {
   char path[PATH_MAX];
-  unsigned t = 0;
+  long end = deadline_in (wait_ms);
 
   claim_path (name, path, sizeof path);
   if (!make_rundir ("pdio")) {
@@ -114,15 +156,10 @@ claim_take (const char *name, const char *doing, unsigned wait_ms,
         memset (h, 0, sizeof *h);
         return -1;
       }
-      read_holder (fd, h);
-      close (fd);
-      if (h->pid == 0)
-        continue;               /* let go in between: try again */
-      if (strcmp (h->doing, "attached") == 0 || t >= wait_ms)
+      if (!outwait (fd, path, end, h)) {
+        close (fd);
         return -1;
-      msleep (50);
-      t += 50;
-      continue;
+      }
     }
     if (still_there (fd, path)) {
       claim_note (fd, doing, NULL);

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -21,6 +22,9 @@
 
 #include "pdio.h"
 #include "proto.h"
+
+/* How long a daemon that said it serves has to write its pid file. */
+#define PIDFILE_WAIT_MS 10000
 
 static bool
 query_once (const char *socket, const char *port, struct server_info *info,
@@ -38,17 +42,38 @@ query_once (const char *socket, const char *port, struct server_info *info,
   return true;
 }
 
+struct query {
+  const char *socket, *port;
+  struct server_info *info;
+  char *why;
+  size_t len;
+};
+
+static bool
+answered (void *arg)
+{
+  struct query *q = arg;
+
+  return query_once (q->socket, q->port, q->info, q->why, q->len);
+}
+
 bool
 server_query (const char *socket, const char *port, unsigned ms,
               struct server_info *info, char *why, size_t len)
 {
-  for (unsigned t = 0; ; t += 50) {
-    if (query_once (socket, port, info, why, len))
-      return true;
-    if (t >= ms)
-      return false;
-    msleep (50);
-  }
+  struct query q = { socket, port, info, why, len };
+  /* A server that is not there yet, or restarting, makes its socket anew
+   * (bind creates it, listen follows at once); on a port nothing
+   * announces it.
+   */
+  int fd = socket && ms ? inotify_on_dir (socket, IN_CREATE | IN_ATTRIB |
+                                                   IN_MOVED_TO)
+                        : -1;
+  bool ok = wait_until (fd, answered, &q, deadline_in (ms));
+
+  if (fd >= 0)
+    close (fd);
+  return ok;
 }
 
 void
@@ -76,19 +101,29 @@ locked_now (int fd)
   return fl.l_type != F_UNLCK;
 }
 
+static bool
+unlocked (void *arg)
+{
+  return !locked_now (*(int *) arg);
+}
+
 bool
 image_lock_free (const char *image, unsigned ms)
 {
-  int fd = open (image, O_RDONLY | O_CLOEXEC);
-  bool free_ = true;
+  int fd = open (image, O_RDONLY | O_CLOEXEC), in;
+  bool free_;
 
   if (fd == -1)
     return true;
   /* A server killed hard keeps the lock for up to ~200 ms: its io_uring
-   * rings, which hold the image, are torn down asynchronously.
+   * rings, which hold the image, are torn down asynchronously.  The lock
+   * goes with the last reference to the server's open file, whose close
+   * inotify reports.
    */
-  for (unsigned t = 0; (free_ = !locked_now (fd)) == false && t < ms; t += 10)
-    msleep (10);
+  in = inotify_on (image, IN_CLOSE_WRITE | IN_CLOSE_NOWRITE);
+  free_ = wait_until (in, unlocked, &fd, deadline_in (ms));
+  if (in >= 0)
+    close (in);
   close (fd);
   return free_;
 }
@@ -165,6 +200,19 @@ read_pidfile (const char *path)
   return pid;
 }
 
+struct pidfile {
+  const char *path;
+  pid_t pid;
+};
+
+static bool
+pidfile_written (void *arg)
+{
+  struct pidfile *pf = arg;
+
+  return (pf->pid = read_pidfile (pf->path)) > 0;
+}
+
 /* nbdkit -P, or pdio serve --pidfile: it opens the image (and so fails on
  * a locked or missing one) before it forks, its first process exits with
  * the verdict, and the daemon writes the pid file once it listens.  The
@@ -176,41 +224,43 @@ start_daemon (const struct server_opts *o, const char *log, char *why,
               size_t len)
 {
   struct server_cmd cmd;
-  pid_t pid, server;
-  int status = -1;
+  struct pidfile pf = { .path = o->pidfile };
+  pid_t pid;
+  int status = -1, in;
 
   /* A successor inherits the listening socket bound there. */
   if (!o->take_over)
     unlink (o->socket);
   unlink (o->pidfile);
+  /* Watched before the daemon starts, so that its write is not missed
+   * (both servers write the file in place and close it).
+   */
+  in = inotify_on_dir (o->pidfile, IN_CLOSE_WRITE | IN_MOVED_TO);
   server_argv (o, &cmd);
   pid = run_background ((char **) cmd.argv, log);
-  if (pid == -1) {
+  if (pid == -1)
     snprintf (why, len, "cannot run %s", o->native ? o->pdio : o->nbdkit);
-    return -1;
+  else {
+    while (waitpid (pid, &status, 0) == -1)
+      if (errno != EINTR) {
+        snprintf (why, len, "waitpid: %m");
+        break;
+      }
+    if (status != 0)
+      snprintf (why, len, "%s could not serve %s (exit status %d; its "
+                "messages are in %s)", o->native ? "pdio serve" : "nbdkit",
+                o->image,
+                WIFEXITED (status) ? WEXITSTATUS (status)
+                                   : 128 + WTERMSIG (status), log);
+    else if (!wait_until (in, pidfile_written, &pf,
+                          deadline_in (PIDFILE_WAIT_MS)))
+      snprintf (why, len, "%s wrote no pid file (%s) within %d s",
+                o->native ? "pdio serve" : "nbdkit", o->pidfile,
+                PIDFILE_WAIT_MS / 1000);
   }
-  while (waitpid (pid, &status, 0) == -1)
-    if (errno != EINTR) {
-      snprintf (why, len, "waitpid: %m");
-      return -1;
-    }
-  if (status != 0) {
-    snprintf (why, len, "%s could not serve %s (exit status %d; its "
-              "messages are in %s)", o->native ? "pdio serve" : "nbdkit",
-              o->image,
-              WIFEXITED (status) ? WEXITSTATUS (status)
-                                 : 128 + WTERMSIG (status), log);
-    return -1;
-  }
-  for (unsigned t = 0; (server = read_pidfile (o->pidfile)) <= 0; t += 20) {
-    if (t >= 10000) {
-      snprintf (why, len, "%s wrote no pid file (%s) within 10 s",
-                o->native ? "pdio serve" : "nbdkit", o->pidfile);
-      return -1;
-    }
-    msleep (20);
-  }
-  return server;
+  if (in >= 0)
+    close (in);
+  return pid != -1 && status == 0 && pf.pid > 0 ? pf.pid : -1;
 }
 
 pid_t

@@ -24,6 +24,12 @@
 #include "pdio.h"
 
 #define CMD "pdio detach"
+/* How long the kernel has to let go of a device after NBD_CMD_DISCONNECT;
+ * with --force, how long before a device still in use is left to let go
+ * when it is closed.
+ */
+#define DISCONNECT_WAIT_MS 10000
+#define FORCED_WAIT_MS 2000
 
 struct detach_opts {
   bool all, force;
@@ -77,6 +83,13 @@ parse (int argc, char **argv, struct detach_opts *o)
  * unmounted: then only say so.
  */
 static bool
+let_go (int idx, void *arg)
+{
+  (void) arg;
+  return !nbd_connected (idx) && !nbd_size (idx);
+}
+
+static bool
 disconnect (const char *device, int idx, bool force)
 {
   char why[256];
@@ -85,18 +98,16 @@ disconnect (const char *device, int idx, bool force)
     errorf (CMD ": %s: %s", device, why);
     return false;
   }
-  for (unsigned t = 0; nbd_connected (idx) || nbd_size (idx); t += 50) {
-    if (force && t >= 2000) {
+  if (!wait_nbd (idx, let_go, NULL,
+                 force ? FORCED_WAIT_MS : DISCONNECT_WAIT_MS)) {
+    if (force) {
       warnf (CMD ": warning: %s: disconnected, but in use: the kernel lets "
              "go of it when it is closed (unmounted)", device);
       return true;
     }
-    if (t >= 10000) {
-      errorf (CMD ": %s: still connected 10 s after NBD_CMD_DISCONNECT",
-              device);
-      return false;
-    }
-    msleep (50);
+    errorf (CMD ": %s: still connected %d s after NBD_CMD_DISCONNECT",
+            device, DISCONNECT_WAIT_MS / 1000);
+    return false;
   }
   device_drop_partitions (device);
   return true;

@@ -22,6 +22,12 @@
 
 #include "pdio.h"
 
+/* How long the kernel has to show a connect or a new size in sysfs (it
+ * does both before the netlink call returns; this is a bound, not an
+ * expected wait).
+ */
+#define DEVICE_WAIT_MS 10000
+
 /* The identifier every reconfigure must repeat, or NULL if the device was
  * connected without one.
  */
@@ -84,6 +90,19 @@ keep_flags (const struct record *r)
     ? NBD_CFLAG_DESTROY_ON_DISCONNECT : 0;
 }
 
+static bool
+came_up (int idx, void *arg)
+{
+  (void) arg;
+  return nbd_connected (idx) && nbd_size (idx);
+}
+
+static bool
+sized (int idx, void *arg)
+{
+  return nbd_size (idx) == *(const uint64_t *) arg;
+}
+
 bool
 device_connect (struct record *r, char *why, size_t len)
 {
@@ -135,13 +154,10 @@ device_connect (struct record *r, char *why, size_t len)
     if (!nbdnl_reconfigure (idx, &c, why, len))
       return false;
   }
-  for (unsigned t = 0; !(nbd_connected (idx) && nbd_size (idx)); t += 50) {
-    if (t >= 10000) {
-      snprintf (why, len, "%s: connected over netlink but the device did "
-                "not come up within 10 s", r->device);
-      return false;
-    }
-    msleep (50);
+  if (!wait_nbd (idx, came_up, NULL, DEVICE_WAIT_MS)) {
+    snprintf (why, len, "%s: connected over netlink but the device did "
+              "not come up within %d s", r->device, DEVICE_WAIT_MS / 1000);
+    return false;
   }
   /* Timeout 0 on one connection: the requests of a dead connection are
    * resent at their timer's first expiry after the hand-over (pdio.h,
@@ -300,15 +316,12 @@ device_resize (const struct record *r, uint64_t size, char *why, size_t len)
   }
   if (!nbdnl_reconfigure (idx, &c, why, len))
     return false;
-  for (unsigned t = 0; nbd_size (idx) != c.size; t += 50) {
-    if (t >= 10000) {
-      snprintf (why, len, "the kernel took the new size, but the device "
-                "shows %llu bytes, not %llu, after 10 s",
-                (unsigned long long) nbd_size (idx),
-                (unsigned long long) c.size);
-      return false;
-    }
-    msleep (50);
+  if (!wait_nbd (idx, sized, (void *) &c.size, DEVICE_WAIT_MS)) {
+    snprintf (why, len, "the kernel took the new size, but the device "
+              "shows %llu bytes, not %llu, after %d s",
+              (unsigned long long) nbd_size (idx),
+              (unsigned long long) c.size, DEVICE_WAIT_MS / 1000);
+    return false;
   }
   return true;
 }

@@ -112,14 +112,22 @@ extern const char *rundir (void);
  * it holds the servers' sockets.  false with the error printed.
  */
 extern bool make_rundir (const char *cmd);
-/* $PDIO_SYSFS or /sys (tests point it at a fake tree). */
+/* /sys (the test build: or a fake tree, test_sysfs). */
 extern const char *sysfs (void);
 /* What nbdkit loads (--nbdkit): the --plugin option, else $PDIO_PLUGIN,
  * else "pdio" (nbdkit-pdio-plugin.so).
  */
 extern const char *plugin_name (const char *option);
+/* The one operand after a command's options (argv[optind], what it is
+ * named in the message), or NULL with the error said and usage shown.
+ */
+extern const char *one_operand (const char *cmd, int argc, char **argv,
+                                const char *what, void (*usage) (FILE *));
 /* False, with a message naming cmd, if not run as root. */
 extern bool need_root (const char *cmd);
+/* For backoffs only, where nothing announces the end of the wait: a wait
+ * for an event is wait.c's.
+ */
 extern void msleep (unsigned ms);
 /* The first line of a small file (a sysfs or /proc one), without its
  * newline; false if it cannot be read or is empty of lines.
@@ -156,14 +164,41 @@ extern pid_t run_child (char *const argv[]);
  */
 extern void unprotect_child (void);
 extern bool pid_alive (pid_t pid);
-/* Waits up to ms for pid (not our child) to be gone. */
-extern bool wait_gone (pid_t pid, unsigned ms);
 /* The process's comm is "nbdkit" or "pdio" (pdio's own server): the pid
  * in a record was not reused.
  */
 extern bool pid_is_server (pid_t pid);
 /* The process's comm, without the newline, in comm; false if none. */
 extern bool proc_comm (pid_t pid, char *comm, size_t len);
+
+/* --- wait.c: waiting for what the kernel announces, under a deadline ---- */
+/* The monotonic clock in ms, and the time ms from now on it. */
+extern long now_ms (void);
+extern long deadline_in (unsigned ms);
+/* Until ready (arg) or the deadline end (false then): ready is asked at
+ * the start, whenever fd (an inotify, uevent or pidfd descriptor) has
+ * something to read, and for a short while after (the kernel announces
+ * some changes just before it makes them).  fd -1, nothing to watch:
+ * ready is asked after a backoff.
+ */
+extern bool wait_until (int fd, bool (*ready) (void *), void *arg, long end);
+/* A non-blocking inotify descriptor watching path for mask, or -1. */
+extern int inotify_on (const char *path, uint32_t mask);
+/* The same for the directory that holds path (for a file to appear). */
+extern int inotify_on_dir (const char *path, uint32_t mask);
+/* A non-blocking socket of the kernel's uevents (a block device's "change"
+ * at connect, resize and disconnect), or -1.
+ */
+extern int uevents_open (void);
+/* Until ready (idx, arg) for /dev/nbdIDX, asked at each uevent; false
+ * after ms.
+ */
+extern bool wait_nbd (int idx, bool (*ready) (int idx, void *arg), void *arg,
+                      unsigned ms);
+/* Until pid (not necessarily our child) is gone, by its pidfd; false
+ * after ms.
+ */
+extern bool wait_gone (pid_t pid, unsigned ms);
 
 /* --- procmem.c: what a process holds ------------------------------------- */
 /* Its RSS and PSS in bytes (/proc/PID/smaps_rollup); false if they cannot
@@ -615,9 +650,14 @@ extern void test_break_link (void);
  * pdio.canary=1), so that stale bounce memory reaching a client shows.
  */
 extern bool test_bounce_canary (void);
+/* Another test setting: $PDIO_SYSFS, a fake sysfs tree for the host's
+ * tests (this machine has no nbd driver), or NULL.
+ */
+extern const char *test_sysfs (void);
 #else
 #define test_break(what) false
 #define test_bounce_canary() false
+#define test_sysfs() NULL
 #endif
 
 /* --- daemon.c: the server of an attachment, as a daemon ------------------ */
@@ -674,6 +714,11 @@ extern const struct record *attachments_match (const char *what,
  */
 extern bool record_find (const char *cmd, const char *what,
                          struct record *out);
+/* The command line's one DEVICE or IMAGE operand, as root, to its
+ * record: EXIT_OK, or the exit status with the error said.
+ */
+extern int record_operand (const char *cmd, int argc, char **argv,
+                           void (*usage) (FILE *), struct record *out);
 
 /* --- announce.c: what pdio serve prints ---------------------------------- */
 /* The "uri: ..." and "attach: nbd-client ..." lines, for either server. */
@@ -695,7 +740,7 @@ struct native_serve {
   int backend;                  /* enum pdio_backend */
   unsigned threads;             /* 0: one per CPU */
   const char *pidfile;          /* daemon mode (pdio attach), or NULL */
-  bool exit_with_parent;        /* SIGTERM when the parent dies (tests) */
+  bool exit_with_parent;        /* SIGTERM when the parent dies */
   const char *bind;             /* TCP: the address; NULL: loopback */
   bool plain_beyond_loopback;   /* --tls=off spelled out */
   mode_t socket_mode;           /* 0: 0600 */

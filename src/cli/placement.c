@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -225,12 +226,80 @@ parent_of (const char *cg, char *buf, size_t len)
   snprintf (buf, len, "%.*s", n, cg);
 }
 
+/* The directory of systemd's slice under the cgroup root: "a-b.slice"
+ * is ROOT/a.slice/a-b.slice.
+ */
+static void
+slice_dir (const char *root, const char *slice, char *buf, size_t len)
+{
+  size_t n = snprintf (buf, len, "%s", root);
+  const char *end = strstr (slice, ".slice");
+
+  if (strcmp (slice, "-.slice") == 0 || end == NULL)
+    return;
+  for (const char *dash = slice; n < len; dash++) {
+    dash = strchr (dash, '-');
+    if (dash == NULL || dash > end)
+      dash = end;
+    n += snprintf (buf + n, len - n, "/%.*s.slice", (int) (dash - slice),
+                   slice);
+    if (dash == end)
+      break;
+  }
+}
+
+struct move {
+  char *cg;
+  size_t cglen;
+  const char *scope, *scope_dir;
+  int in;
+};
+
+/* In the scope yet?  Its cgroup.events is watched once it exists: it
+ * changes when systemd moves us in.
+ */
+static bool
+moved (void *arg)
+{
+  struct move *m = arg;
+  size_t n = strlen (m->scope), k;
+  char events[PATH_MAX + 32];
+
+  if (proc_cgroup (getpid (), m->cg, m->cglen) && (k = strlen (m->cg)) > n &&
+      strcmp (m->cg + k - n, m->scope) == 0 && m->cg[k - n - 1] == '/')
+    return true;
+  snprintf (events, sizeof events, "%s/cgroup.events", m->scope_dir);
+  if (m->in >= 0)
+    inotify_add_watch (m->in, events, IN_MODIFY);
+  return false;
+}
+
+/* systemd makes the scope's cgroup in the slice's directory, then moves
+ * pid into it, after StartTransientUnit has answered.
+ */
+static bool
+wait_moved (const char *slice, const char *scope, char *cg, size_t cglen)
+{
+  const char *root = cgroup2_root ();
+  char dir[PATH_MAX], scope_dir[PATH_MAX + 64];
+  struct move m = { .cg = cg, .cglen = cglen, .scope = scope,
+                    .scope_dir = scope_dir, .in = -1 };
+  bool ok;
+
+  slice_dir (root ? root : CGROUP_FS, slice, dir, sizeof dir);
+  snprintf (scope_dir, sizeof scope_dir, "%s/%s", dir, scope);
+  m.in = inotify_on (dir, IN_CREATE);
+  ok = wait_until (m.in, moved, &m, deadline_in (SCOPE_WAIT_MS));
+  if (m.in >= 0)
+    close (m.in);
+  return ok;
+}
+
 static bool
 systemd_place (const char *slice, const char *what, char *cg, size_t cglen,
                char *why, size_t len)
 {
   char scope[64], desc[256], parent[PATH_MAX], ignored[256];
-  size_t n;
 
   snprintf (scope, sizeof scope, "pdio-%d.scope", (int) getpid ());
   snprintf (desc, sizeof desc, "pdio: supervisor and server of %.200s", what);
@@ -240,19 +309,10 @@ systemd_place (const char *slice, const char *what, char *cg, size_t cglen,
   if (!systemd_make_scope (scope, slice, desc, getpid (), DEVICE_MEMORY_MIN,
                            why, len))
     return false;
-  n = strlen (scope);
-  for (unsigned t = 0; ; t += 10) {
-    size_t m;
-
-    if (proc_cgroup (getpid (), cg, cglen) && (m = strlen (cg)) > n &&
-        strcmp (cg + m - n, scope) == 0 && cg[m - n - 1] == '/')
-      break;
-    if (t >= SCOPE_WAIT_MS) {
-      snprintf (why, len, "systemd made %s but did not move pid %d into it "
-                "within %d s", scope, (int) getpid (), SCOPE_WAIT_MS / 1000);
-      return false;
-    }
-    msleep (10);
+  if (!wait_moved (slice, scope, cg, cglen)) {
+    snprintf (why, len, "systemd made %s but did not move pid %d into it "
+              "within %d s", scope, (int) getpid (), SCOPE_WAIT_MS / 1000);
+    return false;
   }
   parent_of (cg, parent, sizeof parent);
   slice_update_min (parent, NULL);
@@ -389,6 +449,12 @@ place_self (const char *slice, const char *what, char *cg, size_t cglen,
   return placed;
 }
 
+static bool
+emptied (void *arg)
+{
+  return !populated (arg);
+}
+
 /* Waits until nothing lives in cgroup cg any more.  Its processes were
  * waited for, but a process counts as gone once its main thread is a
  * zombie, and its other threads may still be on their way out (nbdkit's
@@ -400,12 +466,17 @@ wait_empty (const char *cg)
 {
   const char *root = cgroup2_root ();
   char path[PATH_MAX + 32];
+  int in;
 
   if (root == NULL)
     return;
-  snprintf (path, sizeof path, "%s%s", root, cg);
-  for (unsigned t = 0; populated (path) && t < EXITING_WAIT_MS; t += 10)
-    msleep (10);
+  /* cgroup.events changes when the last thread leaves. */
+  snprintf (path, sizeof path, "%s%s/cgroup.events", root, cg);
+  in = inotify_on (path, IN_MODIFY);
+  path[strlen (path) - strlen ("/cgroup.events")] = '\0';
+  wait_until (in, emptied, path, deadline_in (EXITING_WAIT_MS));
+  if (in >= 0)
+    close (in);
 }
 
 static void

@@ -87,15 +87,10 @@ image_size (const char *image, uint64_t *size, bool *blockdev)
 static bool
 truncate_image (const char *image, uint64_t size)
 {
-  int fd = open (image, O_WRONLY | O_CLOEXEC);
-
-  if (fd == -1 || ftruncate (fd, size) == -1) {
+  if (truncate (image, size) == -1) {
     errorf (CMD ": %s: cannot make it %" PRIu64 " bytes: %m", image, size);
-    if (fd >= 0)
-      close (fd);
     return false;
   }
-  close (fd);
   return true;
 }
 
@@ -195,15 +190,8 @@ cmd_resize (int argc, char **argv)
     case 'h': usage (stdout); return EXIT_OK;
     default: usage (stderr); return EXIT_USAGE;
     }
-  if (optind != argc - 1) {
-    errorf (CMD ": give one DEVICE or IMAGE");
-    usage (stderr);
-    return EXIT_USAGE;
-  }
-  if (!need_root (CMD))
-    return EXIT_NOT_ROOT;
-  if (!record_find (CMD, argv[optind], &r))
-    return EXIT_FAILED;
+  if ((c = record_operand (CMD, argc, argv, usage, &r)) != EXIT_OK)
+    return c;
   idx = nbd_index (r.device);
   /* Its number may be another attachment's now. */
   if (!device_is_ours (&r)) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -132,44 +133,74 @@ start_supervisor (const char *cmd, struct record *r)
   return true;
 }
 
+/* What restart_server waits for in the device's record, which the
+ * supervisor rewrites (a rename into the run directory) as the restart
+ * goes.
+ */
+struct restarting {
+  const struct record *before;
+  struct record now;
+  int gone;                     /* -1: no record; 1: gave up; 0: a server */
+};
+
+static bool
+restarted (void *arg)
+{
+  struct restarting *w = arg;
+
+  if (record_load_device (w->before->device, &w->now) == -1)
+    return (w->gone = -1), true;
+  if (w->now.gave_up && w->now.restarts > w->before->restarts)
+    return (w->gone = 1), true;
+  return w->now.restarts > w->before->restarts && w->now.server_pid > 0 &&
+    pid_alive (w->now.server_pid);
+}
+
 bool
 restart_server (const char *cmd, struct record *r)
 {
-  struct record now;
+  struct restarting w = { .before = r };
   pid_t old = r->server_pid;
+  char path[PATH_MAX];
+  bool done;
+  int in;
 
+  state_path (r->device, "rec", path, sizeof path);
+  in = inotify_on_dir (path, IN_MOVED_TO | IN_DELETE);
   if (!pid_is_supervisor (r->supervisor_pid)) {
     /* The new supervisor replaces the server as it starts. */
-    if (!start_supervisor (cmd, r))
+    if (!start_supervisor (cmd, r)) {
+      if (in >= 0)
+        close (in);
       return false;
+    }
   }
   else if (kill (r->supervisor_pid, SIGUSR1) == -1) {
     errorf ("%s: %s: cannot signal its supervisor, pid %d: %m", cmd,
             r->device, (int) r->supervisor_pid);
+    if (in >= 0)
+      close (in);
     return false;
   }
-  for (unsigned t = 0; ; t += 50) {
-    if (record_load_device (r->device, &now) == -1) {
-      errorf ("%s: %s: its record went away (detached?)", cmd, r->device);
-      return false;
-    }
-    if (now.gave_up && now.restarts > r->restarts) {
-      errorf ("%s: %s: the server could not be restarted: %s", cmd,
-              r->device, now.reason);
-      return false;
-    }
-    if (now.restarts > r->restarts && now.server_pid > 0 &&
-        pid_alive (now.server_pid))
-      break;
-    if (t >= RESTART_WAIT_MS) {
-      errorf ("%s: %s: no new server within %d s (see %s/%s.supervisor"
-              ".log)", cmd, r->device, RESTART_WAIT_MS / 1000, rundir (),
-              r->device + 5);
-      return false;
-    }
-    msleep (50);
+  done = wait_until (in, restarted, &w, deadline_in (RESTART_WAIT_MS));
+  if (in >= 0)
+    close (in);
+  if (!done) {
+    errorf ("%s: %s: no new server within %d s (see %s/%s.supervisor"
+            ".log)", cmd, r->device, RESTART_WAIT_MS / 1000, rundir (),
+            r->device + 5);
+    return false;
   }
-  *r = now;
+  if (w.gone < 0) {
+    errorf ("%s: %s: its record went away (detached?)", cmd, r->device);
+    return false;
+  }
+  if (w.gone > 0) {
+    errorf ("%s: %s: the server could not be restarted: %s", cmd,
+            r->device, w.now.reason);
+    return false;
+  }
+  *r = w.now;
   printf ("%s: server pid %d replaced by pid %d (%s)\n", r->device,
           (int) old, (int) r->server_pid, r->reason);
   return true;
@@ -190,14 +221,7 @@ cmd_restart (int argc, char **argv)
     case 'h': usage (stdout); return EXIT_OK;
     default: usage (stderr); return EXIT_USAGE;
     }
-  if (optind != argc - 1) {
-    errorf (CMD ": give one DEVICE or IMAGE");
-    usage (stderr);
-    return EXIT_USAGE;
-  }
-  if (!need_root (CMD))
-    return EXIT_NOT_ROOT;
-  if (!record_find (CMD, argv[optind], &r))
-    return EXIT_FAILED;
+  if ((c = record_operand (CMD, argc, argv, usage, &r)) != EXIT_OK)
+    return c;
   return restart_server (CMD, &r) ? EXIT_OK : EXIT_FAILED;
 }

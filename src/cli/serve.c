@@ -15,6 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/pidfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,7 +38,7 @@ struct serve_opts {
   const char *align, *backend;  /* as given, NULL: the default */
   unsigned long threads;        /* native server: 0 = one per CPU */
   const char *pidfile;          /* native server: daemon mode (attach) */
-  bool exit_with_parent;        /* native server: for the tests */
+  bool exit_with_parent;        /* stop when the parent exits */
   const char *bind;             /* with --port: the address */
   const char *tls;              /* --tls as given, NULL: not given */
   const char *socket_mode, *socket_group;
@@ -91,6 +96,8 @@ usage (FILE *fp)
 "                         --socket or --port names what it listened on\n"
 "      --oom-protect      oom_score_adj -1000: the OOM killer never picks\n"
 "                         the server (pdio attach's servers have it)\n"
+"      --exit-with-parent  stop (as on SIGTERM) when the process that\n"
+"                         started it exits\n"
 "      --swap             for swap on a device it serves: all of the\n"
 "                         server's memory is locked (mlockall) and never\n"
 "                         given back; implies --oom-protect\n"
@@ -178,7 +185,7 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "threads", required_argument, NULL, 'T' },
     { "nbdkit", no_argument, NULL, 'N' },
     { "pidfile", required_argument, NULL, 'F' },  /* for attach */
-    { "exit-with-parent", no_argument, NULL, 'E' },  /* for the tests */
+    { "exit-with-parent", no_argument, NULL, 'E' },
     { "bind", required_argument, NULL, 'b' },
     { "max-connections", required_argument, NULL, 'M' },
     { "handshake-timeout", required_argument, NULL, 'W' },
@@ -332,14 +339,8 @@ parse (int argc, char **argv, struct serve_opts *o)
   }
   if (!check_tls (o))
     return EXIT_USAGE;
-  if (optind != argc - 1) {
-    errorf (CMD ": %s", optind == argc ? "no IMAGE given"
-                                       : "only one IMAGE, please");
-    usage (stderr);
-    return EXIT_USAGE;
-  }
-  o->image = argv[optind];
-  return EXIT_OK;
+  o->image = one_operand (CMD, argc, argv, "IMAGE", usage);
+  return o->image ? EXIT_OK : EXIT_USAGE;
 }
 
 static void
@@ -353,31 +354,70 @@ print_how_to_attach (const struct serve_opts *o, const char *image,
                         info->readonly);
 }
 
-/* Runs until nbdkit exits; termination signals are passed on to it. */
+/* Until nbdkit answers, it is asked again every ANNOUNCE_RETRY_MS: on a
+ * TCP port nothing announces a listener, and a unix socket exists from
+ * bind, a moment before listen.  A unix socket is first waited for.
+ */
+#define ANNOUNCE_RETRY_MS 50
+
+/* Runs until nbdkit exits (its pidfd); termination signals are passed on
+ * to it.  It is announced once it answers.
+ */
 static int
 wait_nbdkit (pid_t pid, const struct serve_opts *o, const char *image,
              const sigset_t *sigs)
 {
   struct server_info info;
-  bool announced = false;
-  char why[256];
-  int status;
+  bool announced = false, asking = true;
+  char why[256], buf[4096];
+  int status, sfd, pfd, in;
 
+  sfd = signalfd (-1, sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+  pfd = pidfd_open (pid, 0);
+  in = o->socket ? inotify_on_dir (o->socket, IN_CREATE | IN_MOVED_TO) : -1;
+  if (sfd == -1 || pfd == -1) {
+    errorf (CMD ": cannot watch nbdkit, pid %d: %m", (int) pid);
+    kill (pid, SIGTERM);
+  }
   for (;;) {
-    struct timespec tick = { .tv_nsec = 50000000 };
-    int sig = sigtimedwait (sigs, NULL, &tick);
-    pid_t w = waitpid (pid, &status, WNOHANG);
+    struct pollfd p[3] = {
+      { .fd = sfd, .events = POLLIN }, { .fd = pfd, .events = POLLIN },
+      { .fd = in, .events = POLLIN },
+    };
+    struct signalfd_siginfo si;
 
-    if (w == pid)
+    if (!announced && asking) {
+      if (server_query (o->socket, o->port, 0, &info, why, sizeof why)) {
+        print_how_to_attach (o, image, &info);
+        announced = true;
+      }
+      else if (in >= 0 && access (o->socket, F_OK) == -1)
+        asking = false;         /* until the socket is made */
+    }
+    if (waitpid (pid, &status, sfd == -1 || pfd == -1 ? 0 : WNOHANG) == pid)
       break;
-    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP)
+    if (poll (p, 3, announced || !asking ? -1 : ANNOUNCE_RETRY_MS) == -1 &&
+        errno != EINTR) {
+      errorf (CMD ": poll: %m");
       kill (pid, SIGTERM);
-    else if (!announced &&
-             server_query (o->socket, o->port, 0, &info, why, sizeof why)) {
-      print_how_to_attach (o, image, &info);
-      announced = true;
+      waitpid (pid, &status, 0);
+      break;
+    }
+    while (sfd >= 0 && read (sfd, &si, sizeof si) == sizeof si)
+      if (si.ssi_signo != SIGCHLD)
+        kill (pid, SIGTERM);
+    if (p[2].revents & POLLIN) {
+      while (read (in, buf, sizeof buf) > 0)
+        ;
+      asking = true;
     }
   }
+  if (sfd >= 0)
+    close (sfd);
+  if (pfd >= 0)
+    close (pfd);
+  if (in >= 0)
+    close (in);
   if (WIFEXITED (status))
     return WEXITSTATUS (status) == 0 ? EXIT_OK : EXIT_FAILED;
   errorf (CMD ": nbdkit was killed by signal %d", WTERMSIG (status));
@@ -468,6 +508,9 @@ cmd_serve (int argc, char **argv)
   sigaddset (&sigs, SIGHUP);
   sigaddset (&sigs, SIGCHLD);
   sigprocmask (SIG_BLOCK, &sigs, NULL);
+  /* The SIGTERM is passed on to nbdkit, an orderly stop. */
+  if (o.exit_with_parent)
+    prctl (PR_SET_PDEATHSIG, SIGTERM);
 
   /* nbdkit inherits both; it locks its memory itself (its --swap). */
   serve_protect (o.oom_protect);

@@ -187,17 +187,6 @@ pid_alive (pid_t pid)
 }
 
 bool
-wait_gone (pid_t pid, unsigned ms)
-{
-  for (unsigned t = 0; pid_alive (pid); t += 10) {
-    if (t >= ms)
-      return false;
-    msleep (10);
-  }
-  return true;
-}
-
-bool
 proc_comm (pid_t pid, char *comm, size_t len)
 {
   char path[64];

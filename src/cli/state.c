@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,24 +47,33 @@ state_lock (const char *cmd)
   return fd;
 }
 
+static bool
+locked (void *arg)
+{
+  return flock (*(int *) arg, LOCK_EX | LOCK_NB) == 0;
+}
+
 int
 state_lock_within (unsigned ms)
 {
   char path[PATH_MAX];
-  int fd;
+  int fd, in;
+  bool ok;
 
   snprintf (path, sizeof path, "%s/lock", rundir ());
   fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  for (unsigned t = 0; fd >= 0; t += 50) {
-    if (flock (fd, LOCK_EX | LOCK_NB) == 0)
-      return fd;
-    if (t >= ms)
-      break;
-    msleep (50);
-  }
-  if (fd >= 0)
+  if (fd == -1)
+    return -1;
+  /* The holder lets go when it closes the file (or exits). */
+  in = inotify_on (path, IN_CLOSE_WRITE);
+  ok = wait_until (in, locked, &fd, deadline_in (ms));
+  if (in >= 0)
+    close (in);
+  if (!ok) {
     close (fd);
-  return -1;
+    return -1;
+  }
+  return fd;
 }
 
 void

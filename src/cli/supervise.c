@@ -53,8 +53,14 @@
 
 #define RESTART_WINDOW_S 60
 #define MAX_RESTARTS 10
-/* Per death: attempts with backoff 0.25, 0.5, 1, 2, 4 s between them. */
+/* Per death: attempts with backoff 0.25, 0.5, 1, 2, 4 s between them.  A
+ * start that failed for a reason nothing announces the end of (the image
+ * held by another process, memory, a file being replaced) is tried again
+ * later; the usual reason, the dead server's lock, is waited for as an
+ * event before each attempt (image_lock_free).
+ */
 #define START_ATTEMPTS 6
+#define START_BACKOFF_MS 250
 /* The dead server's io_uring rings, which hold the image's lock, are torn
  * down asynchronously after it dies.
  */
@@ -63,6 +69,13 @@
  * not within this long is killed (it holds nothing the device needs).
  */
 #define HANDED_EXIT_MS 5000
+/* A connection that died may have died with its server, whose death the
+ * supervisor is then told of by SIGCHLD: it waits this long for the
+ * server's exit first, so that a crash is handled as a crash.
+ */
+#define DYING_SERVER_MS 200
+/* poll itself failed (no memory for its table): try again after this. */
+#define POLL_RETRY_MS 1000
 
 struct sup {
   struct record rec;
@@ -76,19 +89,10 @@ struct sup {
   long hung_ms;                 /* the server was killed as hung after
                                    owing an answer this long, or 0 */
   bool stalled;                 /* after it was given longer, stalled */
-  char requested_how[PATH_MAX + 256]; /* why the hand-over was not done */
+  char requested_how[PATH_MAX + 320]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
 };
-
-static long
-now_ms (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
-}
 
 static void __attribute__ ((format (printf, 1, 2)))
 say (const char *fmt, ...)
@@ -215,6 +219,31 @@ last_log_line (const char *log, char *buf, size_t len)
   buf[strcspn (buf, "\n")] = '\0';
 }
 
+/* Starts a server with so, logging to the device's log; the previous
+ * server's messages stay beside it for whoever investigates.  Its pid, or
+ * <= 0 with why ending in the new log's last line (what it died of).
+ */
+static pid_t
+start_logged (struct sup *s, const struct server_opts *so, char *why,
+              size_t len)
+{
+  char prev[PATH_MAX + 8], last[512];
+  pid_t pid;
+
+  snprintf (prev, sizeof prev, "%s.prev", s->log);
+  rename (s->log, prev);
+  pid = server_start (so, s->log, why, len);
+  if (pid <= 0) {
+    last_log_line (s->log, last, sizeof last);
+    if (last[0]) {
+      size_t n = strlen (why);
+
+      snprintf (why + n, len - n, ": %s", last);
+    }
+  }
+  return pid;
+}
+
 static void
 give_up (struct sup *s, const char *why)
 {
@@ -231,7 +260,6 @@ give_up (struct sup *s, const char *why)
 static bool
 start_and_reconnect (struct sup *s, char *why, size_t len)
 {
-  char prev[PATH_MAX + 8], last[512];
   char id[BACKEND_ID_MAX];
   pid_t pid;
   int status;
@@ -257,19 +285,9 @@ start_and_reconnect (struct sup *s, char *why, size_t len)
               s->rec.image, LOCK_WAIT_MS / 1000);
     return false;
   }
-  /* The dead server's messages stay for whoever investigates. */
-  snprintf (prev, sizeof prev, "%s.prev", s->log);
-  rename (s->log, prev);
-  pid = server_start (&s->so, s->log, why, len);
-  if (pid <= 0) {
-    last_log_line (s->log, last, sizeof last);
-    if (last[0]) {
-      size_t n = strlen (why);
-
-      snprintf (why + n, len - n, ": %s", last);
-    }
+  pid = start_logged (s, &s->so, why, len);
+  if (pid <= 0)
     return false;
-  }
   s->rec.server_pid = pid;
   refresh (s);
   if (device_reconnect (&s->rec, why, len))
@@ -311,7 +329,7 @@ restart (struct sup *s, long died)
       say ("attempt %d failed: %s", attempt, why);
       if (attempt == START_ATTEMPTS - 1 && test_break ("no-give-up"))
         attempt = 1;
-      msleep (250U << (attempt - 1));
+      msleep (START_BACKOFF_MS << (attempt - 1));
     }
     if (start_and_reconnect (s, why, sizeof why)) {
       s->rec.gave_up = false;
@@ -378,7 +396,7 @@ link_dead (struct sup *s)
 {
   char why[PATH_MAX + 256];
 
-  msleep (200);                 /* a dying server is reaped first */
+  wait_gone (s->rec.server_pid, DYING_SERVER_MS);
   reap (s);
   if (s->rec.gave_up || s->rec.server_pid <= 0 ||
       !pid_alive (s->rec.server_pid))
@@ -519,20 +537,12 @@ reap_handed (pid_t old)
 {
   int status;
 
-  for (unsigned t = 0; ; t += 10) {
-    pid_t w = waitpid (old, &status, WNOHANG);
-
-    if (w == old || (w == -1 && errno == ECHILD && !pid_alive (old)))
-      return;
-    if (t >= HANDED_EXIT_MS) {
-      say ("server pid %d handed over but did not exit within %d s: "
-           "killing it", (int) old, HANDED_EXIT_MS / 1000);
-      kill (old, SIGKILL);
-      waitpid (old, &status, 0);
-      return;
-    }
-    msleep (10);
+  if (!wait_gone (old, HANDED_EXIT_MS)) {
+    say ("server pid %d handed over but did not exit within %d s: "
+         "killing it", (int) old, HANDED_EXIT_MS / 1000);
+    kill (old, SIGKILL);
   }
+  waitpid (old, &status, 0);
 }
 
 /* pdio's own server: a successor takes the live connections over.  true
@@ -543,23 +553,13 @@ static bool
 hand_over (struct sup *s, char *why, size_t len)
 {
   struct server_opts so = s->so;
-  char prev[PATH_MAX + 8], last[512];
   pid_t old = s->rec.server_pid, pid;
   long t0 = now_ms ();
 
   so.take_over = true;
-  snprintf (prev, sizeof prev, "%s.prev", s->log);
-  rename (s->log, prev);
-  pid = server_start (&so, s->log, why, len);
-  if (pid <= 0) {
-    last_log_line (s->log, last, sizeof last);
-    if (last[0]) {
-      size_t n = strlen (why);
-
-      snprintf (why + n, len - n, ": %s", last);
-    }
+  pid = start_logged (s, &so, why, len);
+  if (pid <= 0)
     return false;
-  }
   reap_handed (old);
   s->rec.server_pid = pid;
   say ("server pid %d took the live connections of %s over from pid %d "
@@ -769,7 +769,7 @@ supervise (const struct record *r, const struct server_opts *so,
 
     if (poll (p, 3, wait < 1000 ? wait : 1000) == -1 && errno != EINTR) {
       say ("poll: %m");
-      msleep (1000);
+      msleep (POLL_RETRY_MS);
     }
     if (p[0].revents & POLLIN)
       while (read (sfd, &si, sizeof si) == sizeof si)

@@ -30,6 +30,13 @@
 #define DISCONNECT_WAIT_MS 3000
 #define CLEANUP_WAIT_MS 15000
 
+static bool
+disconnected (int idx, void *arg)
+{
+  (void) arg;
+  return !device_connected (idx);
+}
+
 /* mountinfo escapes blanks and backslashes as \ooo. */
 static void
 unescape (char *s)
@@ -163,18 +170,12 @@ cmd_umount (int argc, char **argv)
     return EXIT_OK;
 
   {
-    int idx = nbd_index (device);
-    unsigned t = 0;
-
     /* Still connected: another user holds the device (a second mount, an
      * open), and autoclear disconnects it when that one lets go.
      */
-    while (device_connected (idx)) {
-      if (t >= DISCONNECT_WAIT_MS)
-        return EXIT_OK;
-      msleep (20);
-      t += 20;
-    }
+    if (!wait_nbd (nbd_index (device), disconnected, NULL,
+                   DISCONNECT_WAIT_MS))
+      return EXIT_OK;
     /* The supervisor exits once the server is gone, the image's lock
      * free and the state removed.  (Without one, nobody stops the
      * server: pdio detach does, as for any unsupervised device.)

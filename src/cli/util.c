@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,7 +139,9 @@ make_rundir (const char *cmd)
 const char *
 sysfs (void)
 {
-  return env_or ("PDIO_SYSFS", "/sys");
+  const char *fake = test_sysfs ();
+
+  return fake ? fake : "/sys";
 }
 
 const char *
@@ -179,4 +182,18 @@ msleep (unsigned ms)
 
   while (nanosleep (&ts, &ts) == -1 && errno == EINTR)
     ;
+}
+
+const char *
+one_operand (const char *cmd, int argc, char **argv, const char *what,
+             void (*usage) (FILE *))
+{
+  if (optind == argc - 1)
+    return argv[optind];
+  if (optind == argc)
+    errorf ("%s: no %s given", cmd, what);
+  else
+    errorf ("%s: only one %s, please", cmd, what);
+  usage (stderr);
+  return NULL;
 }

@@ -2,14 +2,17 @@
 #
 # pdio runs with its state in $tmp/run (PDIO_RUNDIR) and, where a test
 # needs the nbd driver to look present on this machine (whose kernel has
-# none), with a fake sysfs (PDIO_SYSFS).  pdio attaches over netlink, which
-# cannot be faked: attaching for real runs in the VM guest (tests/vm,
-# scenarios cli, recover, mount, partitions).
+# none), with a fake sysfs (PDIO_SYSFS), which only the test build reads
+# (vm/pdio-broken, with no break point set).  pdio attaches over netlink,
+# which cannot be faked: attaching for real runs in the VM guest
+# (tests/vm, scenarios cli, recover, mount, partitions).
 
 # common.sh's $PDIO: PDIO_TEST_PDIO tests another build (e.g. a
-# deliberately broken one).
+# deliberately broken one), which then runs with the fake sysfs too.
 pdio=$PDIO
 [ -x "$pdio" ] || hard_error "pdio(1) not built: $pdio"
+pdio_fakes=${PDIO_TEST_PDIO:-$TESTS_BUILDDIR/vm/pdio-broken}
+[ -x "$pdio_fakes" ] || hard_error "the test build of pdio(1) not built: $pdio_fakes"
 
 # fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
 fe_setup ()
@@ -39,10 +42,16 @@ kill_leftovers ()
     kill -KILL $_pids 2>/dev/null
 }
 
-# with_fakes CMD...: run CMD with the fake sysfs.
+# with_fakes CMD...: run CMD with the fake sysfs, the test build of pdio
+# in place of $pdio in it.
 with_fakes ()
 {
-    PDIO_SYSFS=$fakesys "$@"
+    local _a _cmd=()
+    for _a; do
+        [ "$_a" = "$pdio" ] && _a=$pdio_fakes
+        _cmd+=("$_a")
+    done
+    PDIO_SYSFS=$fakesys PDIO_TEST_BREAK= "${_cmd[@]}"
 }
 
 # expect_status N LOG CMD...: CMD exits with N; its stdout+stderr in LOG.

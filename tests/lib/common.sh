@@ -256,10 +256,22 @@ start_server ()
         _start_native "$@"
         return
     fi
-    echo "starting: $NBDKIT $nbdkit_flags --exit-with-parent -U $sock -P $server_pidfile $*"
+    # -D pdio.canary=1 is read only by the plugin's test build
+    # (faults/pdio_test.la), loaded in place of $PLUGIN for it unless
+    # PDIO_TEST_PLUGIN names another.
+    local _a _nbdkit_args=()
+    for _a; do
+        case " $nbdkit_flags " in *" -D pdio.canary=1 "*)
+            if [ "$_a" = "$PLUGIN" ] && [ -z "${PDIO_TEST_PLUGIN:-}" ]; then
+                _a=$TESTS_BUILDDIR/faults/.libs/pdio_test.so
+            fi ;;
+        esac
+        _nbdkit_args+=("$_a")
+    done
+    echo "starting: $NBDKIT $nbdkit_flags --exit-with-parent -U $sock -P $server_pidfile ${_nbdkit_args[*]}"
     # shellcheck disable=SC2086
-    "$NBDKIT" $nbdkit_flags --exit-with-parent -U "$sock" -P "$server_pidfile" "$@" \
-        > "$server_log" 2>&1 &
+    "$NBDKIT" $nbdkit_flags --exit-with-parent -U "$sock" -P "$server_pidfile" \
+        "${_nbdkit_args[@]}" > "$server_log" 2>&1 &
     server_pid=$!
     at_exit "kill $server_pid 2>/dev/null"
     uri="nbd+unix:///?socket=$sock"

@@ -66,10 +66,12 @@
  *                         idle server pins nothing, and the first write
  *                         after its pool went back faults a chunk in
  *
- * And one test setting, read from its own variable: PDIO_BOUNCE_CANARY=1
- * has pdio serve fill free bounce pages with 0xa5 (faults/canary.tap and
- * faults/inject.tap with pdio's own server; tests/lib/common.sh runs this
- * program for them).
+ * And two test settings, each read from its own variable:
+ * PDIO_BOUNCE_CANARY=1 has pdio serve fill free bounce pages with 0xa5
+ * (faults/canary.tap and faults/inject.tap with pdio's own server;
+ * tests/lib/common.sh runs this program for them); PDIO_SYSFS=DIR has
+ * pdio read DIR in place of /sys (cli/cli.tap's fake nbd devices on a
+ * host without the driver; cli/lib.sh runs this program for them).
  */
 #include <config.h>
 
@@ -106,6 +108,14 @@ test_bounce_canary (void)
   const char *v = getenv ("PDIO_BOUNCE_CANARY");
 
   return v != NULL && strcmp (v, "1") == 0;
+}
+
+const char *
+test_sysfs (void)
+{
+  const char *v = getenv ("PDIO_SYSFS");
+
+  return v && *v ? v : NULL;
 }
 
 static int kept_link = -1;
