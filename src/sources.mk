@@ -41,9 +41,9 @@ SERVER_H = %reldir%/server/handshake.h %reldir%/server/server.h \
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
-# umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone),
-# and so is watchdog.c (tests/unit/test_watchdog); negotiate.c needs only
-# a socket (tests/unit/test_negotiate).
+# umount.pdio.  json.c is pure (tests/cli/test_json compiles it alone),
+# and so is watchdog.c (tests/cli/test_watchdog); negotiate.c needs only
+# a socket (tests/cli/test_negotiate).
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
 CLI_NEGOTIATE_C = %reldir%/cli/negotiate.c

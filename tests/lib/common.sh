@@ -16,10 +16,12 @@
 #   PDIO_TEST_PLUGIN  serve with this plugin instead (e.g. "file", to try a
 #                     harness against nbdkit's own file plugin); tests of
 #                     pdio-only behaviour will then fail, as they should
-#   PDIO_TEST_FRONTEND  nbdkit (default): servers are nbdkit with the
-#                     plugin; native: pdio's own server (pdio serve), given
-#                     the same plugin parameters (file=, readonly=,
-#                     backend=, align=), so a test runs against either
+#   PDIO_TEST_SERVER  native (default): servers are pdio's own (pdio
+#                     serve), given the plugin's parameters (file=,
+#                     readonly=, backend=, align=) as its options; nbdkit:
+#                     nbdkit with the plugin.  A test runs against either
+#                     ($SERVER); make check runs the served suites with
+#                     both (tests/Makefile.am, the nbdkit variant)
 #   PDIO_TEST_TMPDIR  parent of the per-test temporary directory (default
 #                     /var/tmp; refused if it is on tmpfs: the tests need a
 #                     real file system with O_DIRECT, holes and a page cache)
@@ -40,16 +42,17 @@
 #   make_image FILE SIZE SEED    pseudo-random, fully allocated, not cached
 #   file_sum FILE                sha256 of FILE
 #   file_size FILE               size in bytes
-#   start_server LOG ARGS...     nbdkit -f -v -U $sock ARGS (in the
-#                                background, output to LOG); waits until it
-#                                serves; sets $server_pid $server_log $sock
-#                                $uri.  Stopped at exit if still running.
-#                                With the native front end: pdio serve
-#                                --socket $sock with ARGS translated.
+#   start_server LOG ARGS...     pdio serve --socket $sock with ARGS (the
+#                                plugin and its parameters) translated, or
+#                                with SERVER=nbdkit nbdkit -f -v -U $sock
+#                                ARGS (in the background, output to LOG);
+#                                waits until it serves; sets $server_pid
+#                                $server_log $sock $uri.  Stopped at exit
+#                                if still running.
 #   stop_server                  SIGTERM, wait; fails unless it exits 0
 #   stop_server_status           the same, but only sets $server_status
 #   nbdkit_version               $NBDKIT's version, such as 1.32.5
-#   expect_start_failure LOG ARGS...  nbdkit ARGS must refuse to start
+#   expect_start_failure LOG ARGS...  the server must refuse to start
 #   log_has LOG STRING...        LOG contains each STRING (fixed strings);
 #                                fails showing the log otherwise
 #   run_client CMD...            CMD with a timeout (a hung server fails the
@@ -87,10 +90,10 @@
 #                                (tap.sh) of the last server
 #   tap_done                     print the plan ("1..N", tap_plan); call
 #                                last
-#   valgrind_logs_empty and valgrind_wrap: tests/valgrind/lib.sh
+#   valgrind_logs_empty and valgrind_wrap: tests/lib/valgrind.sh
 #
 # Variables: $PLUGIN (plugin under test), $PDIO (pdio(1) under test),
-# $FRONTEND (nbdkit or native), $tools (the directory of the built C
+# $SERVER (native or nbdkit), $tools (the directory of the built C
 # clients: shadow_io, interleave_io, nbdreq, mkimage, strict_clients),
 # $nbdkit_flags (-f -v and the quieting -D flag every server gets).
 
@@ -107,11 +110,11 @@ set -eu
 : "${TESTS_SRCDIR:?run from make check, or export TESTS_SRCDIR}"
 
 PLUGIN=${PDIO_TEST_PLUGIN:-${PDIO_PLUGIN:?run from make check, or export PDIO_PLUGIN}}
-FRONTEND=${PDIO_TEST_FRONTEND:-nbdkit}
-case $FRONTEND in nbdkit|native) ;; *) echo "PDIO_TEST_FRONTEND=$FRONTEND: nbdkit or native" >&2; exit 99 ;; esac
+SERVER=${PDIO_TEST_SERVER:-native}
+case $SERVER in native|nbdkit) ;; *) echo "PDIO_TEST_SERVER=$SERVER: native or nbdkit" >&2; exit 99 ;; esac
 # PDIO_TEST_PDIO: another build of pdio(1) (server/asan.sh's ASan build).
 PDIO=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio}
-tools=$TESTS_BUILDDIR/integration
+tools=$TESTS_BUILDDIR/lib
 # One debug line per request would bury the stats lines: keep the rest.
 nbdkit_flags="-f -v -D nbdkit.backend.datapath=0"
 client_timeout=${PDIO_TEST_CLIENT_TIMEOUT:-180}
@@ -200,7 +203,7 @@ _native_argv ()
         readonly=false|readonly=0) ;;
         backend=*) _native_args+=(--backend "${_a#backend=}") ;;
         align=*) _native_args+=(--align "${_a#align=}") ;;
-        *) hard_error "the native front end has no equivalent of '$_a'" ;;
+        *) hard_error "pdio serve has no equivalent of '$_a'" ;;
         esac
     done
     [ -n "$_image" ] || hard_error "no file= in: $*"
@@ -252,7 +255,7 @@ start_server ()
     server_pidfile=$tmp/nbdkit.pid.$_server_no
     rm -f "$sock" "$server_pidfile"
     _server_args="$*"
-    if [ "$FRONTEND" = native ]; then
+    if [ "$SERVER" = native ]; then
         _start_native "$@"
         return
     fi
@@ -305,7 +308,7 @@ expect_start_failure ()
 {
     _log=$1; shift
     _status=0
-    if [ "$FRONTEND" = native ]; then
+    if [ "$SERVER" = native ]; then
         _native_argv "$@"
         timeout 30 "$PDIO" serve --socket "$tmp/refused.sock" \
             "${_native_args[@]}" > "$_log" 2>&1 || _status=$?

@@ -11,7 +11,7 @@
 # report, or a server that does not exit 0 (ASan exits non-zero on a
 # leak), fails.
 set -eu
-export PDIO_TEST_FRONTEND=native
+export PDIO_TEST_SERVER=native
 export PDIO_TEST_PDIO=$TESTS_BUILDDIR/server/pdio_asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=66
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=67

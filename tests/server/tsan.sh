@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # pdio's own server built with ThreadSanitizer (server/pdio_tsan: pdio(1),
 # the server and the engine compiled in; halt_on_error, exit 66 on a
-# report, from robust/tsan_options.c) with two workers: shadow_io over 4
+# report, from lib/tsan_options.c) with two workers: shadow_io over 4
 # connections (so both workers serve, and overlapping writes from two
 # workers meet in the range lock), 300 hostile connections handed out by
 # the accept thread, and SIGTERM while writes are in flight.  A report
 # makes the server exit non-zero, which fails the test.
 set -eu
-export PDIO_TEST_FRONTEND=native
+export PDIO_TEST_SERVER=native
 export PDIO_TEST_PDIO=$TESTS_BUILDDIR/server/pdio_tsan
 . "$TESTS_SRCDIR/lib/common.sh"
 require_cmd python3

@@ -67,8 +67,8 @@
  *                         after its pool went back faults a chunk in
  *
  * And one test setting, read from its own variable: PDIO_BOUNCE_CANARY=1
- * has pdio serve fill free bounce pages with 0xa5 (faults/canary.tap and
- * faults/inject.tap with pdio's own server; tests/lib/common.sh runs this
+ * has pdio serve fill free bounce pages with 0xa5 (engine/canary.tap and
+ * engine/inject.tap with pdio's own server; tests/lib/common.sh runs this
  * program for them).
  */
 #include <config.h>
