@@ -11,8 +11,8 @@
 pdio=$PDIO
 [ -x "$pdio" ] || hard_error "pdio(1) not built: $pdio"
 
-# fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
-fe_setup ()
+# srv_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
+srv_setup ()
 {
     export PDIO_RUNDIR=$tmp/run
     fakesys=$tmp/sys

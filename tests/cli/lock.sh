@@ -8,8 +8,7 @@
 set -eu
 # The holders are nbdkit with pdio.so (the lock is the engine's, whoever
 # serves; pdio serve's refusal is cli.tap's).
-export PDIO_TEST_SERVER=nbdkit
-. "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/lib/common.sh" --server=nbdkit
 make_tmpdir
 pick_seed
 

@@ -129,12 +129,19 @@ d_state (long owed, struct stall_reading *r)
   r->d_tid = 4242;
 }
 
+/* Stopped, with the system's PSI at AVG10 and STALLED_US more stall. */
+static void
+system_stall (struct stall_reading *r, double avg10, long stalled_us)
+{
+  stopped (0, r);
+  r->system.avg10 = avg10;
+  r->system.total_us += stalled_us;
+}
+
 static void
 system_pressure (long owed, struct stall_reading *r)
 {
-  stopped (owed, r);
-  r->system.avg10 = 35.0;
-  r->system.total_us += owed * 350;     /* 35 % of the time */
+  system_stall (r, 35.0, owed * 350);   /* 35 % of the time */
 }
 
 static void
@@ -154,9 +161,7 @@ pressure_ends (long owed, struct stall_reading *r)
 {
   long stalled = owed < 25000 ? owed : 25000;
 
-  stopped (owed, r);
-  r->system.avg10 = owed < 25000 ? 35.0 : 0.0;
-  r->system.total_us += stalled * 350;
+  system_stall (r, owed < 25000 ? 35.0 : 0.0, stalled * 350);
 }
 
 static double mild_avg10;
@@ -164,8 +169,8 @@ static double mild_avg10;
 static void
 mild (long owed, struct stall_reading *r)
 {
-  stopped (owed, r);
-  r->system.avg10 = mild_avg10;
+  (void) owed;
+  system_stall (r, mild_avg10, 0);
 }
 
 /* avg10 under the threshold, the total growing 20 % of the time: the
@@ -174,9 +179,7 @@ mild (long owed, struct stall_reading *r)
 static void
 growth_only (long owed, struct stall_reading *r)
 {
-  stopped (owed, r);
-  r->system.avg10 = 5.0;
-  r->system.total_us += owed * 200;
+  system_stall (r, 5.0, owed * 200);
 }
 
 /* A kernel without PSI: only the thread states tell. */

@@ -31,7 +31,7 @@ require_cmd fusermount3 mountpoint
 make_tmpdir
 pick_seed
 
-robust=$TESTS_BUILDDIR/engine
+bin=$TESTS_BUILDDIR/engine
 rounds=${PDIO_CRASH_ROUNDS:-8}
 disk=$tmp/disk.img
 make_image "$disk" $((8 * 1024 * 1024 + 1234)) "$seed"
@@ -82,7 +82,7 @@ for round in $(seq 1 "$rounds"); do
     cp "$disk" "$tmp/base.img"
     mnt=$tmp/mnt.$round
     mkdir "$mnt"
-    "$engine/volatile_fs" -b "$disk" -s "$rseed" -k 50 "$mnt" \
+    "$bin/volatile_fs" -b "$disk" -s "$rseed" -k 50 "$mnt" \
         > "$tmp/fs.$round.log" 2>&1 &
     fs_pid=$!
     at_exit "fusermount3 -u -z '$mnt' 2>/dev/null; kill $fs_pid 2>/dev/null"
@@ -91,7 +91,7 @@ for round in $(seq 1 "$rounds"); do
     if [ $backend = default ]; then bparam=; else bparam=backend=$backend; fi
     # shellcheck disable=SC2086
     start_server "$tmp/server.$round.log" "$PLUGIN" file="$mnt/img" align=$align $bparam
-    "$engine/crash_io" run -s "$rseed" -j "$tmp/journal.$round" -m $mode -c 4 -q 8 "$sock" \
+    "$bin/crash_io" run -s "$rseed" -j "$tmp/journal.$round" -m $mode -c 4 -q 8 "$sock" \
         > "$tmp/run.$round.out" 2>&1 &
     client_pid=$!
     wait_until 10 client_running || fail "crash_io did not start in 10 s"
@@ -112,7 +112,7 @@ for round in $(seq 1 "$rounds"); do
     # Restart on what the disk kept, and check it.
     start_server "$tmp/verify.$round.log" "$PLUGIN" file="$disk" align=$align
     st=0
-    run_client "$engine/crash_io" verify -s "$rseed" -j "$tmp/journal.$round" \
+    run_client "$bin/crash_io" verify -s "$rseed" -j "$tmp/journal.$round" \
         -b "$tmp/base.img" "$sock" > "$tmp/verify.$round.out" 2>&1 || st=$?
     cat "$tmp/verify.$round.out"
     stop_server

@@ -22,8 +22,7 @@
 # (data that survives a power cut), this shows what the kernel is asked.
 set -eu
 # strace follows nbdkit's pid file and threads: nbdkit serves, always.
-export PDIO_TEST_SERVER=nbdkit
-. "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/lib/common.sh" --server=nbdkit
 require_cmd strace losetup mkfs.ext4 mount umount
 make_tmpdir
 pick_seed

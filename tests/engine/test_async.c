@@ -47,6 +47,7 @@
 #include "engine_internal.h"
 #include "req.h"                /* EXT_BATCH */
 #include "mem_backend.h"
+#include "req_done.h"
 #include "unit.h"
 
 #ifdef PDIO_TEST_ASYNC_THREADS_ONLY
@@ -187,12 +188,10 @@ submit (struct run *run, struct slot *s, enum pdio_op op, uint64_t off,
   }
   if (op == PDIO_OP_READ)
     memset (r->buf, 0x5a, len);
-  r->op = op;
-  r->flags = flags;
-  r->offset = off;
-  r->count = len;
-  r->done = slot_done;
-  r->opaque = s;
+  *r = (struct pdio_req) {
+    .op = op, .flags = flags, .offset = off, .count = len, .buf = r->buf,
+    .done = slot_done, .opaque = s,
+  };
 
   /* Reads racing a change may see either: only check the others. */
   for (i = 0; i < QD; i++) {
@@ -378,6 +377,30 @@ open_image (const char *path, enum pdio_backend backend, uint32_t align)
   return img;
 }
 
+/* A fresh image NAME of SIZE random bytes in dir (its path in PATH),
+ * opened with BACKEND and ALIGN, a thread on it with CFG, and RUN on that
+ * thread with the image's bytes as its shadow.
+ */
+static struct pdio_image *
+run_on_new_image (struct run *run, char path[static 4200], const char *name,
+                  uint64_t size, enum pdio_backend backend, uint32_t align,
+                  const struct pdio_thread_config *cfg)
+{
+  unsigned char *content = malloc (size);
+  struct pdio_image *img;
+  struct pdio_thread *t;
+
+  CHECK (content, "out of memory");
+  snprintf (path, 4200, "%s/%s", dir, name);
+  make_image (path, size, content);
+  img = open_image (path, backend, align);
+  CHECK (pdio_thread_new (img, cfg, &t) == 0, "pdio_thread_new");
+  run_init (run, t, size);
+  memcpy (run->shadow, content, size);
+  free (content);
+  return img;
+}
+
 static void
 test_file (enum pdio_backend backend, uint32_t align, uint64_t size)
 {
@@ -390,19 +413,9 @@ test_file (enum pdio_backend backend, uint32_t align, uint64_t size)
   unsigned char *disk = malloc (size);
   int fd;
 
-  snprintf (path, sizeof path, "%s/async.img", dir);
-  img = NULL;
   CHECK (disk, "out of memory");
-  {
-    unsigned char *content = malloc (size);
-    CHECK (content, "out of memory");
-    make_image (path, size, content);
-    img = open_image (path, backend, align);
-    CHECK (pdio_thread_new (img, &cfg, &t) == 0, "pdio_thread_new");
-    run_init (&run, t, size);
-    memcpy (run.shadow, content, size);
-    free (content);
-  }
+  img = run_on_new_image (&run, path, "async.img", size, backend, align, &cfg);
+  t = run.t;
   random_ops (&run, 3000, true);
 
   pdio_get_stats (img, &st);
@@ -439,15 +452,11 @@ test_zero_copy (void)
   struct pdio_thread *t;
   struct pdio_stats st;
   struct run run;
-  unsigned char *content = malloc (size);
   unsigned i;
 
-  snprintf (path, sizeof path, "%s/zerocopy.img", dir);
-  make_image (path, size, content);
-  img = open_image (path, PDIO_BACKEND_DEFAULT, 0);
-  CHECK (pdio_thread_new (img, &cfg, &t) == 0, "pdio_thread_new");
-  run_init (&run, t, size);
-  memcpy (run.shadow, content, size);
+  img = run_on_new_image (&run, path, "zerocopy.img", size,
+                          PDIO_BACKEND_DEFAULT, 0, &cfg);
+  t = run.t;
   for (i = 0; i < 400; i++) {
     struct slot *s;
     size_t len = 4096 * (1 + unit_rand (&seed) % 64);
@@ -468,7 +477,6 @@ test_zero_copy (void)
   pdio_thread_free (t);
   pdio_close (img);
   run_free (&run);
-  free (content);
   unlink (path);
 }
 
@@ -496,17 +504,12 @@ test_backpressure (enum pdio_backend backend)
   struct pdio_image *img;
   struct pdio_thread *t;
   struct run run;
-  unsigned char *content = malloc (size);
   unsigned i;
 
-  snprintf (path, sizeof path, "%s/pressure.img", dir);
-  make_image (path, size, content);
-  img = open_image (path, backend, 0);
-  CHECK (pdio_thread_new (img, &small, &t) == 0, "pdio_thread_new");
+  img = run_on_new_image (&run, path, "pressure.img", size, backend, 0, &small);
+  t = run.t;
   CHECK (pdio_buf_max (t) == 0 && pdio_buf_get (t, 4096) == NULL,
          "a bounce-only pool hands out buffers");
-  run_init (&run, t, size);
-  memcpy (run.shadow, content, size);
   /* QD x ~300 KiB unaligned: about 10 MiB of bounce against 2 MiB. */
   for (i = 0; i < 600; i++) {
     struct slot *s;
@@ -563,7 +566,6 @@ test_backpressure (enum pdio_backend backend)
   pdio_thread_free (t);
   pdio_close (img);
   run_free (&run);
-  free (content);
   unlink (path);
 }
 
@@ -800,11 +802,10 @@ count_done (struct pdio_req *r, int err)
 }
 
 struct ext_ctx {
+  struct req_done d;            /* first: done() is req_done */
   pthread_t owner;
   uint64_t next;                /* where the next extent must start */
   unsigned n, data;
-  bool done;
-  int err;
 };
 
 static int
@@ -820,15 +821,6 @@ ext_add (void *opaque, uint64_t off, uint64_t len, bool hole)
   x->n++;
   x->data += !hole;
   return 0;
-}
-
-static void
-ext_done (struct pdio_req *r, int err)
-{
-  struct ext_ctx *x = r->opaque;
-
-  x->err = err;
-  x->done = true;
 }
 
 /* EXTENTS is a request like the others: its lseeks run on the engine's
@@ -866,21 +858,21 @@ test_extents_async (void)
 
   er = (struct pdio_req) { .op = PDIO_OP_EXTENTS, .offset = 0,
                            .count = size, .extent = ext_add, .opaque = &x,
-                           .done = ext_done };
+                           .done = req_done };
   pdio_submit (t, &er);
-  CHECK (x.n == 0 && !x.done, "extents reported from inside pdio_submit");
+  CHECK (x.n == 0 && !x.d.done, "extents reported from inside pdio_submit");
   for (i = 0; i < 8; i++) {
     rr[i] = (struct pdio_req) { .op = PDIO_OP_READ, .offset = i * 16384,
                                 .count = 4096, .buf = buf + i * 4096,
                                 .done = count_done, .opaque = &reads };
     pdio_submit (t, &rr[i]);
   }
-  while (!x.done || reads.done < 8) {
+  while (!x.d.done || reads.done < 8) {
     int n = pdio_thread_poll (t, 1, NULL);
 
     CHECK (n >= 0, "poll: %s", strerror (-n));
   }
-  CHECK (x.err == 0, "extents: %s", strerror (-x.err));
+  CHECK (x.d.err == 0, "extents: %s", strerror (-x.d.err));
   CHECK (x.next == size, "the extents end at %" PRIu64, x.next);
   CHECK (x.data == 3 * EXT_BATCH && x.n == 6 * EXT_BATCH,
          "%u extents, %u of data", x.n, x.data);
@@ -893,12 +885,11 @@ test_extents_async (void)
   x = (struct ext_ctx) { .owner = pthread_self () };
   er = (struct pdio_req) { .op = PDIO_OP_EXTENTS, .flags = PDIO_REQ_ONE,
                            .offset = 4096, .count = size - 4096,
-                           .extent = ext_add, .opaque = &x, .done = ext_done };
+                           .extent = ext_add, .opaque = &x, .done = req_done };
   x.next = 4096;
   pdio_submit (t, &er);
-  while (!x.done)
-    CHECK (pdio_thread_poll (t, 1, NULL) >= 0, "poll");
-  CHECK (x.err == 0 && x.n == 1 && x.data == 0 && x.next == 16384,
+  req_wait (t, &x.d);
+  CHECK (x.d.err == 0 && x.n == 1 && x.data == 0 && x.next == 16384,
          "REQ_ONE: %u extents to %" PRIu64, x.n, x.next);
   pdio_thread_free (t);
   pdio_close (img);
@@ -960,28 +951,6 @@ test_full_ring (void)
 
 /* ---- a write that comes in pieces ----------------------------------------- */
 
-struct done_err {
-  bool done;
-  int err;
-};
-
-static void
-note_done (struct pdio_req *r, int err)
-{
-  struct done_err *d = r->opaque;
-
-  CHECK (!d->done, "done() ran twice");
-  d->done = true;
-  d->err = err;
-}
-
-static void
-poll_until (struct pdio_thread *t, const struct done_err *d)
-{
-  while (!d->done)
-    CHECK (pdio_thread_poll (t, 1, NULL) >= 0, "poll");
-}
-
 /* PDIO_OP_LOCK holds a write's range from its done(0) until pdio_unlock:
  * a PDIO_HELD write inside it goes at once, an ordinary write that
  * overlaps it waits for the unlock (and so lands after the pieces); a
@@ -995,7 +964,7 @@ test_lock_held (enum pdio_backend backend)
   struct pdio_image *img;
   struct pdio_thread *t;
   struct pdio_req lock, piece, plain, bad;
-  struct done_err dl = { 0 }, dp = { 0 }, dw = { 0 }, db = { 0 };
+  struct req_done dl = { 0 }, dp = { 0 }, dw = { 0 }, db = { 0 };
   unsigned char *want = malloc (size), *got = aligned_alloc (4096, size);
   unsigned char *a = malloc (4096), *b = malloc (8000);
   int fd;
@@ -1013,15 +982,15 @@ test_lock_held (enum pdio_backend backend)
   memset (b, 'B', 8000);
 
   lock = (struct pdio_req) { .op = PDIO_OP_LOCK, .offset = 4196,
-                             .count = 8000, .done = note_done,
+                             .count = 8000, .done = req_done,
                              .opaque = &dl };
   pdio_submit (t, &lock);
   CHECK (!dl.done, "a lock's done() ran inside pdio_submit");
-  poll_until (t, &dl);
+  req_wait (t, &dl);
   CHECK (dl.err == 0, "lock: %s", strerror (-dl.err));
 
   plain = (struct pdio_req) { .op = PDIO_OP_WRITE, .offset = 8192,
-                              .count = 4096, .buf = a, .done = note_done,
+                              .count = 4096, .buf = a, .done = req_done,
                               .opaque = &dw };
   pdio_submit (t, &plain);
   /* Queued behind the lock (a timing-free check: it is not merely slow). */
@@ -1029,16 +998,16 @@ test_lock_held (enum pdio_backend backend)
          "a write overlapping a held range did not wait for it");
   piece = (struct pdio_req) { .op = PDIO_OP_WRITE, .flags = PDIO_HELD,
                               .offset = 4196, .count = 8000, .buf = b,
-                              .done = note_done, .opaque = &dp };
+                              .done = req_done, .opaque = &dp };
   pdio_submit (t, &piece);
-  poll_until (t, &dp);
+  req_wait (t, &dp);
   CHECK (dp.err == 0, "held write: %s", strerror (-dp.err));
   for (int i = 0; i < 20; i++)
     CHECK (pdio_thread_poll (t, 0, NULL) >= 0, "poll");
   CHECK (!dw.done && req_waits_remote (&plain),
          "a write overlapping a held range went before the unlock");
   pdio_unlock (t, &lock);
-  poll_until (t, &dw);
+  req_wait (t, &dw);
   CHECK (dw.err == 0, "write after the unlock: %s", strerror (-dw.err));
   memcpy (want + 4196, b, 8000);
   memcpy (want + 8192, a, 4096);
@@ -1047,9 +1016,9 @@ test_lock_held (enum pdio_backend backend)
          "the pieces and the later write did not land in that order");
 
   bad = (struct pdio_req) { .op = PDIO_OP_LOCK, .offset = size - 100,
-                            .count = 200, .done = note_done, .opaque = &db };
+                            .count = 200, .done = req_done, .opaque = &db };
   pdio_submit (t, &bad);
-  poll_until (t, &db);
+  req_wait (t, &db);
   CHECK (db.err == -ENOSPC, "a lock past the end: %s, want ENOSPC",
          strerror (-db.err));
   /* Nothing is held: a write of the same range goes at once. */

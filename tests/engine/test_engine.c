@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "req_done.h"
 #include "unit.h"
 
 static char dir[4096];
@@ -170,6 +171,16 @@ open_image (const char *file, enum pdio_backend backend, uint32_t align,
 }
 
 /* This thread's engine context for img (each test thread makes its own). */
+/* A fresh file NAME of SIZE bytes in dir (its path in PATH), opened. */
+static struct pdio_image *
+new_image (char path[static 4200], const char *name, uint64_t size,
+           bool random_data, enum pdio_backend backend, bool readonly)
+{
+  snprintf (path, 4200, "%s/%s", dir, name);
+  make_file (path, size, random_data);
+  return open_image (path, backend, 0, readonly);
+}
+
 static struct pdio_thread *
 new_thread (struct pdio_image *img)
 {
@@ -509,9 +520,7 @@ test_readonly (void)
   struct pdio_info info;
   char buf[512] = "x";
 
-  snprintf (path, sizeof path, "%s/ro.img", dir);
-  make_file (path, 1 << 20, true);
-  img = open_image (path, PDIO_BACKEND_DEFAULT, 0, true);
+  img = new_image (path, "ro.img", 1 << 20, true, PDIO_BACKEND_DEFAULT, true);
   t = new_thread (img);
   pdio_get_info (img, &info);
   CHECK (info.readonly, "readonly not reported");
@@ -544,9 +553,8 @@ test_changed_under_us (void)
 
   /* What is written must be defined (valgrind.sh checks it, io_uring too). */
   memset (buf, 0x5a, 65536);
-  snprintf (path, sizeof path, "%s/shrinks.img", dir);
-  make_file (path, 4 << 20, true);
-  img = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+  img = new_image (path, "shrinks.img", 4 << 20, true, PDIO_BACKEND_DEFAULT,
+                   false);
   t = new_thread (img);
   CHECK (truncate (path, 1 << 20) == 0, "truncate: %m");
   last_msg[0] = '\0';
@@ -577,43 +585,28 @@ test_changed_under_us (void)
  * answers a request with what it saw before the request came in: a write
  * after a flush, a truncate or an unlink sees the change.
  */
-struct done_flag {
-  bool done;
-  int err;
-};
-
-static void
-on_done (struct pdio_req *r, int err)
-{
-  struct done_flag *d = r->opaque;
-
-  d->err = err;
-  d->done = true;
-}
-
 /* Submits r (a write of buf at offset, arrived in round arrived), then
  * returns without polling.
  */
 static void
-submit_write (struct pdio_thread *t, struct pdio_req *r, struct done_flag *d,
+submit_write (struct pdio_thread *t, struct pdio_req *r, struct req_done *d,
               void *buf, uint64_t offset, uint64_t arrived)
 {
-  *d = (struct done_flag) { false, 0 };
+  *d = (struct req_done) { false, 0 };
   *r = (struct pdio_req) {
     .op = PDIO_OP_WRITE, .offset = offset, .count = 4096, .buf = buf,
-    .done = on_done, .opaque = d, .arrived = arrived,
+    .done = req_done, .opaque = d, .arrived = arrived,
   };
   pdio_submit (t, r);
 }
 
 static void
-wait_done (struct pdio_thread *t, const struct done_flag *d, unsigned n)
+wait_done (struct pdio_thread *t, const struct req_done *d, unsigned n)
 {
   unsigned i;
 
   for (i = 0; i < n; i++)
-    while (!d[i].done)
-      CHECK (pdio_thread_poll (t, 1, NULL) >= 0, "poll");
+    req_wait (t, &d[i]);
 }
 
 static uint64_t
@@ -653,16 +646,14 @@ test_check_rounds (enum pdio_backend backend)
   struct pdio_image *img;
   struct pdio_thread *t;
   struct pdio_req r[8];
-  struct done_flag d[8];
+  struct req_done d[8];
   unsigned char *buf = aligned_alloc (4096, 4096);
   uint64_t c0, round;
   unsigned i;
   int err;
 
   memset (buf, 0x6b, 4096);
-  snprintf (path, sizeof path, "%s/rounds.img", dir);
-  make_file (path, 4 << 20, false);
-  img = open_image (path, backend, 0, false);
+  img = new_image (path, "rounds.img", 4 << 20, false, backend, false);
   t = new_thread (img);
 
   /* Eight writes submitted in one round: one fstat. */
@@ -763,10 +754,10 @@ static int
 sized (struct pdio_thread *t, enum pdio_op op, void *buf, uint64_t offset,
        size_t count, uint64_t size)
 {
-  struct done_flag d = { false, 0 };
+  struct req_done d = { false, 0 };
   struct pdio_req r = {
     .op = op, .flags = PDIO_SIZED, .offset = offset, .count = count,
-    .buf = buf, .done = on_done, .opaque = &d, .size = size,
+    .buf = buf, .done = req_done, .opaque = &d, .size = size,
   };
 
   pdio_submit (t, &r);
@@ -782,16 +773,14 @@ test_resized (enum pdio_backend backend)
   struct pdio_image *img;
   struct pdio_thread *t;
   struct pdio_req r;
-  struct done_flag d;
+  struct req_done d;
   unsigned char *buf = aligned_alloc (4096, 8192);
   uint64_t size, round;
   struct stat st;
   int err;
 
   memset (buf, 0x3c, 8192);
-  snprintf (path, sizeof path, "%s/resized.img", dir);
-  make_file (path, MiB, false);
-  img = open_image (path, backend, 0, false);
+  img = new_image (path, "resized.img", MiB, false, backend, false);
   t = new_thread (img);
 
   /* A check made at 1 MiB, then the image grows to 2 MiB. */
@@ -869,9 +858,8 @@ test_extents (void)
   struct pdio_thread *t;
   unsigned char *buf = aligned_alloc (4096, 65536);
 
-  snprintf (path, sizeof path, "%s/extents.img", dir);
-  make_file (path, size, false);
-  img = open_image (path, PDIO_BACKEND_DEFAULT, 0, false);
+  img = new_image (path, "extents.img", size, false, PDIO_BACKEND_DEFAULT,
+                   false);
   t = new_thread (img);
   memset (buf, 7, 65536);
   CHECK (pdio_write (t, buf, 65536, 0, 0) == 0, "write");

@@ -30,12 +30,16 @@
 #
 # Exit codes follow automake: 0 pass, 1 fail, 99 hard error (the test could
 # not run).  Nothing here ever skips: a skipped test is a failed suite.
+# A test that must run against one server names it: source this file
+# with --server=nbdkit (or native).
 # Sourcing it sets -eu and traps EXIT, INT and TERM: register clean-up
 # with at_exit rather than with trap, or it will be lost.
 #
 # Helpers (all print what they do on stdout, which goes to the test's log):
 #   fail MSG / hard_error MSG    report and exit 1 / 99
 #   require_cmd CMD...           hard error if a command is missing
+#   built FILE                   FILE, printed, or a hard error if make
+#                                check has not built it
 #   at_exit 'SHELL CODE'         run at exit (any exit), newest first
 #   make_tmpdir                  $tmp = a fresh directory, removed at exit
 #                                (also TAP_DIR, for tap_case)
@@ -80,6 +84,18 @@
 #                                $tmp/LABEL.log
 #   interleave_run LABEL IMAGE [PARAMS...]
 #                                the same with interleave_io $interleave_args
+#   shadow_odd LABEL N [PARAMS...]
+#                                shadow_run on $img, a fresh image of 10 MiB
+#                                + 1234 bytes (no multiple of any block
+#                                size), N requests over 4 connections x 8
+#                                in flight
+#   sanitized_rounds LABEL N HOSTILE CHECK
+#                                for a sanitizer build of pdio serve
+#                                ($PDIO_TEST_PDIO): shadow_run of N requests
+#                                on $img (8 MiB + 1234 bytes), then a server
+#                                queried by nbdinfo --map and HOSTILE
+#                                raw-socket connections; CHECK LOG after
+#                                each.  That server is left running.
 #   tap_case DESC FUNCTION [ARGS...]
 #                                for *.tap tests (tap.sh): FUNCTION in a
 #                                subshell with set -e, its output to stderr
@@ -111,6 +127,9 @@ set -eu
 
 PLUGIN=${PDIO_TEST_PLUGIN:-${PDIO_PLUGIN:?run from make check, or export PDIO_PLUGIN}}
 SERVER=${PDIO_TEST_SERVER:-native}
+# A test of nbdkit or of the plugin sources this file with --server=nbdkit:
+# that is its server whatever the suite's.
+case ${1:-} in --server=*) SERVER=${1#--server=}; export PDIO_TEST_SERVER=$SERVER ;; esac
 case $SERVER in native|nbdkit) ;; *) echo "PDIO_TEST_SERVER=$SERVER: native or nbdkit" >&2; exit 99 ;; esac
 # PDIO_TEST_PDIO: another build of pdio(1) (server/asan.sh's ASan build).
 PDIO=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio}
@@ -137,6 +156,12 @@ require_cmd ()
         command -v "$_c" >/dev/null 2>&1 ||
             hard_error "required command not found: $_c"
     done
+}
+
+built ()
+{
+    [ -e "$1" ] || hard_error "$1 is not built (make check builds it)"
+    echo "$1"
 }
 
 # Exit actions, run newest first.  Each is eval'd with errors ignored so
@@ -456,6 +481,32 @@ interleave_run ()
 {
     _l=$1 _i=$2; shift 2
     _client_run "$_l" interleave_io "${interleave_args:-}" "$_i" "$@"
+}
+
+shadow_odd ()
+{
+    _l=$1 _n=$2; shift 2
+    img=$tmp/odd.img
+    make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
+    shadow_args="-n $_n -c 4 -q 8"
+    shadow_run "$_l" "$img" "$@"
+}
+
+sanitized_rounds ()
+{
+    _l=$1 _n=$2 _hostile=$3 _check=$4
+    [ -x "$PDIO_TEST_PDIO" ] || hard_error "$PDIO_TEST_PDIO is not built"
+    img=$tmp/img
+    make_image "$img" $((8 * 1024 * 1024 + 1234)) "$seed"
+    shadow_args="-n $_n -c 4 -q 8"
+    shadow_run "$_l" "$img"
+    "$_check" "$tmp/$_l.log"
+    start_server "$tmp/${_l}2.log" "$PLUGIN" file="$img"
+    nbdinfo --map "$uri" > /dev/null
+    run_client python3 "$TESTS_SRCDIR/server/rawclient.py" hostile "$sock" \
+        "$_hostile" "$seed" > /dev/null ||
+        fail "a hostile connection got a wrong reply"
+    "$_check" "$server_log"
 }
 
 # After stop_server_status (not inside a tap_case: a subshell cannot wait

@@ -449,3 +449,20 @@ split_request (char *req, char **f, int max, int *want, bool *optional)
     hard_error ("empty request");
   return n;
 }
+
+int
+note_completion (void *opaque, int *error)
+{
+  struct completion *c = opaque;
+
+  c->done = true;
+  c->err = *error;
+  return 1;                     /* retire the command */
+}
+
+void
+usage_exit (const char *synopsis)
+{
+  fprintf (stderr, "usage: %s %s\n", progname, synopsis);
+  exit (EXIT_HARD_ERROR);
+}

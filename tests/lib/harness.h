@@ -29,6 +29,8 @@ extern void fail (const char *fmt, ...)
 extern void hard_error (const char *fmt, ...)
   __attribute__ ((noreturn, format (printf, 1, 2)));
 extern void nbd_fail (const char *what) __attribute__ ((noreturn));
+/* "usage: PROGNAME SYNOPSIS" and exit 99 (a wrong command line). */
+extern void usage_exit (const char *synopsis) __attribute__ ((noreturn));
 /* Exits with status after letting the tracked connections wind down. */
 extern void fail_exit (int status) __attribute__ ((noreturn));
 /* The connections fail_exit() should drain and close: an abrupt hang-up
@@ -100,6 +102,16 @@ extern void poll_handles (struct nbd_handle **hs, int n, int timeout_s);
 
 /* Total commands in flight over the handles. */
 extern unsigned in_flight (struct nbd_handle **hs, int n);
+
+/* A command's completion, for the clients that poll for it: the first
+ * member of their per-command struct, whose address is the completion
+ * callback's user_data; note_completion is that callback.
+ */
+struct completion {
+  bool done;
+  int err;
+};
+extern int note_completion (void *opaque, int *error);
 
 /* Reads the whole image file into buf, bypassing the page cache when the
  * file system allows (O_DIRECT), so that loading the initial shadow does

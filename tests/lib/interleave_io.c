@@ -37,9 +37,9 @@ struct run {
 };
 
 struct op {
+  struct completion c;          /* first: the callback's user_data */
   int conn;
-  bool is_write, done;
-  int err;
+  bool is_write;
   uint32_t no;                  /* write number, 1-based; 0 for reads */
   uint64_t off, len;
   uint8_t *buf;
@@ -175,10 +175,10 @@ check (const uint8_t *got, uint64_t off, uint64_t len, const char *when)
 static void
 complete (struct op *op)
 {
-  if (op->err)
+  if (op->c.err)
     fail ("seed %" PRIu64 ": conn %d %s off=%" PRIu64 " len=%" PRIu64
           " failed: %s", t.seed, op->conn, op->is_write ? "write" : "read",
-          op->off, op->len, strerror (op->err));
+          op->off, op->len, strerror (op->c.err));
   if (op->is_write) {
     memcpy (t.shadow + op->off, op->buf, op->len);
     for (uint64_t i = 0; i < op->len; i++)
@@ -191,16 +191,6 @@ complete (struct op *op)
   free (op);
 }
 
-static int
-on_complete (void *opaque, int *error)
-{
-  struct op *op = opaque;
-
-  op->done = true;
-  op->err = *error;
-  return 1;
-}
-
 static void
 progress (void)
 {
@@ -208,7 +198,7 @@ progress (void)
   for (int c = 0; c < t.nconns; c++)
     for (int i = 0; i < t.depth; i++) {
       struct op *op = t.conn[c].flight[i];
-      if (op && op->done) {
+      if (op && op->c.done) {
         t.conn[c].flight[i] = NULL;
         complete (op);
       }
@@ -237,7 +227,7 @@ free_slot (const struct op *op)
 static void
 issue (struct op *op, int slot)
 {
-  nbd_completion_callback cb = { .callback = on_complete, .user_data = op };
+  nbd_completion_callback cb = { .callback = note_completion, .user_data = op };
   struct nbd_handle *h = t.h[op->conn];
   int64_t cookie;
 
@@ -340,18 +330,18 @@ main (int argc, char *argv[])
 {
   const char *image = NULL, *out = NULL;
   uint64_t writes = 3000, maxrun = 700;
-  bool have_seed = false;
   struct rng r;
   int c;
 
   progname = "interleave_io";
   t.nconns = 4;
   t.depth = 16;
+  t.seed = seed_from_clock ();   /* unless -s */
   while ((c = getopt (argc, argv, "i:o:s:c:q:n:R:")) != -1) {
     switch (c) {
     case 'i': image = optarg; break;
     case 'o': out = optarg; break;
-    case 's': t.seed = parse_u64 (optarg, "-s"); have_seed = true; break;
+    case 's': t.seed = parse_u64 (optarg, "-s"); break;
     case 'c': t.nconns = parse_u64 (optarg, "-c"); break;
     case 'q': t.depth = parse_u64 (optarg, "-q"); break;
     case 'n': writes = parse_u64 (optarg, "-n"); break;
@@ -365,8 +355,6 @@ main (int argc, char *argv[])
     hard_error ("usage: interleave_io -i IMAGE [-o SHADOW_OUT] [-s SEED]"
                 " [-c CONNS] [-q DEPTH] [-n WRITES] [-R MAXRUN] SOCKET");
   }
-  if (!have_seed)
-    t.seed = seed_from_clock ();
   printf ("seed=%" PRIu64 " conns=%d depth=%d writes/conn=%" PRIu64
           " maxrun=%" PRIu64 "\n", t.seed, t.nconns, t.depth, writes, maxrun);
   fflush (stdout);

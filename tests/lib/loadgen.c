@@ -37,13 +37,12 @@
 #define MAX_HOT 64
 
 struct op {
+  struct completion c;          /* first: the callback's user_data */
   bool busy, write;
   bool pending;                 /* chosen, waiting for a conflicting op */
   int conn;
   uint64_t off, len;
   uint8_t *buf;
-  int err;
-  bool done;
 };
 
 static struct {
@@ -57,16 +56,6 @@ static struct {
   uint64_t bad_reads, canary_reads;
   uint64_t reads, writes, bytes;
 } g;
-
-static int
-on_done (void *opaque, int *error)
-{
-  struct op *op = opaque;
-
-  op->err = *error;
-  op->done = true;
-  return 1;                     /* retire the command */
-}
 
 /* Does [off, off+len) overlap an in-flight op that conflicts? */
 static bool
@@ -211,12 +200,12 @@ main (int argc, char *argv[])
     for (int i = 0; i < g.nslots; i++) {
       struct op *op = &g.ops[i];
 
-      if (!op->busy || !op->done)
+      if (!op->busy || !op->c.done)
         continue;
-      if (op->err)
+      if (op->c.err)
         fail ("%s of [%" PRIu64 ", +%" PRIu64 ") failed: %s",
               op->write ? "write" : "read", op->off, op->len,
-              strerror (op->err));
+              strerror (op->c.err));
       if (g.verify) {
         if (op->write)
           memcpy (g.shadow + op->off, op->buf, op->len);
@@ -230,7 +219,7 @@ main (int argc, char *argv[])
     /* Fill free slots. */
     for (int i = 0; i < g.nslots && issued < nops; i++) {
       struct op *op = &g.ops[i];
-      nbd_completion_callback cb = { .callback = on_done, .user_data = op };
+      nbd_completion_callback cb = { .callback = note_completion, .user_data = op };
       bool write;
       int64_t cookie;
 
@@ -249,8 +238,8 @@ main (int argc, char *argv[])
       if (g.verify && conflicts (op->off, op->len, write))
         continue;
       op->pending = false;
-      op->done = false;
-      op->err = 0;
+      op->c.done = false;
+      op->c.err = 0;
       if (write) {
         rng_fill (&r, op->buf, op->len);
         cookie = nbd_aio_pwrite (h[op->conn], op->buf, op->len, op->off, cb,

@@ -45,14 +45,13 @@ static const char *const kind_name[NR_KINDS] =
   { "read", "write", "zero", "trim", "flush" };
 
 struct op {
+  struct completion c;          /* first: the callback's user_data */
   uint32_t no;                  /* sequence number, for the history */
   enum kind kind;
   int conn;
   uint32_t flags;               /* LIBNBD_CMD_FLAG_* */
   uint64_t off, len;
   uint8_t *buf;                 /* read or write data, NULL otherwise */
-  bool done;                    /* set by the completion callback */
-  int err;
 };
 
 /* What happened to each request, kept to explain a wrong byte. */
@@ -166,10 +165,10 @@ complete (struct op *op)
 {
   struct hist *h = &t.hist[op->no];
 
-  h->err = op->err;
-  if (op->err) {
+  h->err = op->c.err;
+  if (op->c.err) {
     if (op->kind == OP_ZERO && (op->flags & LIBNBD_CMD_FLAG_FAST_ZERO)
-        && op->err == ENOTSUP) {
+        && op->c.err == ENOTSUP) {
       t.fast_zero_refused++;    /* allowed; the data must be unchanged */
     }
     else {
@@ -177,7 +176,7 @@ complete (struct op *op)
                " conn %d %s off=%" PRIu64 " len=%" PRIu64
                " flags=0x%x failed: %s\n",
                progname, t.seed, op->no, op->conn, kind_name[op->kind],
-               op->off, op->len, op->flags, strerror (op->err));
+               op->off, op->len, op->flags, strerror (op->c.err));
       fail_exit (EXIT_SERVER_BUG);
     }
   }
@@ -205,16 +204,6 @@ complete (struct op *op)
   free (op);
 }
 
-static int
-on_complete (void *opaque, int *error)
-{
-  struct op *op = opaque;
-
-  op->done = true;
-  op->err = *error;
-  return 1;                     /* retire the command */
-}
-
 /* Runs the poll loop once and settles whatever completed. */
 static void
 progress (void)
@@ -222,7 +211,7 @@ progress (void)
   poll_handles (t.h, t.nconns, 60);
   for (int i = 0; i < t.nconns * t.depth; i++) {
     struct op *op = t.flight[i];
-    if (op && op->done) {
+    if (op && op->c.done) {
       t.flight[i] = NULL;
       t.nflight--;
       complete (op);
@@ -280,7 +269,7 @@ static void
 issue (struct op *op)
 {
   struct nbd_handle *h = t.h[op->conn];
-  nbd_completion_callback cb = { .callback = on_complete, .user_data = op };
+  nbd_completion_callback cb = { .callback = note_completion, .user_data = op };
   int64_t cookie = 0;
   int slot;
 
@@ -542,20 +531,14 @@ verify_all (void)
       hard_error ("byte %" PRIu64 " was not settled by the final read", i);
 }
 
-static void
-usage (void)
-{
-  fprintf (stderr, "usage: %s -i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS]"
-           " [-c CONNS] [-q DEPTH] [-m MAXLEN] [-r] SOCKET\n", progname);
-  exit (EXIT_HARD_ERROR);
-}
+#define USAGE "-i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] [-c CONNS]" \
+  " [-q DEPTH] [-m MAXLEN] [-r] SOCKET"
 
 int
 main (int argc, char *argv[])
 {
   const char *image = NULL, *out = NULL;
   uint64_t nops = 3000;
-  bool have_seed = false;
   struct rng r;
   int c;
 
@@ -563,24 +546,23 @@ main (int argc, char *argv[])
   t.nconns = 4;
   t.depth = 8;
   t.max_len = 2 << 20;
+  t.seed = seed_from_clock ();   /* unless -s */
   while ((c = getopt (argc, argv, "i:o:s:n:c:q:m:r")) != -1) {
     switch (c) {
     case 'i': image = optarg; break;
     case 'o': out = optarg; break;
-    case 's': t.seed = parse_u64 (optarg, "-s"); have_seed = true; break;
+    case 's': t.seed = parse_u64 (optarg, "-s"); break;
     case 'n': nops = parse_u64 (optarg, "-n"); break;
     case 'c': t.nconns = parse_u64 (optarg, "-c"); break;
     case 'q': t.depth = parse_u64 (optarg, "-q"); break;
     case 'm': t.max_len = parse_u64 (optarg, "-m"); break;
     case 'r': t.require_all = true; break;
-    default: usage ();
+    default: usage_exit (USAGE);
     }
   }
   if (optind != argc - 1 || !image || t.nconns < 1 || t.nconns > MAX_HANDLES
       || t.depth < 1 || t.max_len < 1)
-    usage ();
-  if (!have_seed)
-    t.seed = seed_from_clock ();
+    usage_exit (USAGE);
   printf ("seed=%" PRIu64 " ops=%" PRIu64 " conns=%d depth=%d maxlen=%" PRIu64
           "\n", t.seed, nops, t.nconns, t.depth, t.max_len);
   fflush (stdout);

@@ -16,13 +16,11 @@
 # the first report (-fno-sanitize-recover=all in SANITIZE_CFLAGS).
 set -eu
 # The plugin is what is tested: nbdkit serves it, whatever the suite default.
-export PDIO_TEST_SERVER=nbdkit
-. "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/lib/common.sh" --server=nbdkit
 make_tmpdir
 pick_seed
 
-PLUGIN=$TESTS_BUILDDIR/plugin/.libs/pdio_asan.so
-[ -f "$PLUGIN" ] || hard_error "$PLUGIN is not built (make check builds it)"
+PLUGIN=$(built "$TESTS_BUILDDIR/plugin/.libs/pdio_asan.so")
 libasan=$(${CC:-gcc} -print-file-name=libasan.so)
 [ -f "$libasan" ] || hard_error "gcc's libasan.so not found ($libasan)"
 ldd "$PLUGIN" | grep -q libasan || fail "$PLUGIN is not linked with ASan"

@@ -10,8 +10,7 @@
 # leaks in pdio are attributed; nbdkit 1.32.5 itself has none here).
 set -eu
 # The plugin is what is tested: nbdkit serves it, whatever the suite default.
-export PDIO_TEST_SERVER=nbdkit
-. "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/lib/common.sh" --server=nbdkit
 . "$TESTS_SRCDIR/lib/valgrind.sh"
 require_cmd valgrind
 make_tmpdir

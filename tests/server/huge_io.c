@@ -135,13 +135,7 @@ finish (struct op *o)
   o->busy = false;
 }
 
-static void
-usage (void)
-{
-  fprintf (stderr, "usage: %s -i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] "
-           "[-q DEPTH] [-S] SOCKET\n", progname);
-  exit (EXIT_HARD_ERROR);
-}
+#define USAGE "-i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] [-q DEPTH] [-S] SOCKET"
 
 int
 main (int argc, char *argv[])
@@ -168,11 +162,11 @@ main (int argc, char *argv[])
         hard_error ("-q: 1 to %d", MAX_DEPTH);
       break;
     case 'S': simple = true; break;
-    default: usage ();
+    default: usage_exit (USAGE);
     }
   }
   if (image == NULL || optind != argc - 1)
-    usage ();
+    usage_exit (USAGE);
   printf ("seed %" PRIu64 " (rerun with -s %" PRIu64 ")\n", seed, seed);
   t.rng.s = seed;
 

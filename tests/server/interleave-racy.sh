@@ -4,13 +4,11 @@
 # report a lost write; if it passed, interleave.sh would prove nothing.
 set -eu
 # racy_rmw.so is an nbdkit plugin: nbdkit serves, always.
-export PDIO_TEST_SERVER=nbdkit
-. "$TESTS_SRCDIR/lib/common.sh"
+. "$TESTS_SRCDIR/lib/common.sh" --server=nbdkit
 make_tmpdir
 pick_seed
 
-racy=$TESTS_BUILDDIR/server/.libs/racy_rmw.so
-[ -f "$racy" ] || hard_error "$racy not built"
+racy=$(built "$TESTS_BUILDDIR/server/.libs/racy_rmw.so")
 img=$tmp/small.img
 make_image "$img" $((64 * 1024 + 1234)) "$seed"
 

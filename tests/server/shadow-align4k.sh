@@ -19,9 +19,6 @@ pref=$(info_field "$tmp/info.json" block_size_preferred)
 echo "align=4096: block_size_preferred=$pref"
 [ "$pref" = 4096 ] || fail "align=4096 advertises a preferred block size of '$pref', not 4096"
 
-img=$tmp/odd.img
-make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 6000 -c 4 -q 8"
-shadow_run shadow-align4k "$img" align=4096
+shadow_odd shadow-align4k 6000 align=4096
 v=$(stat_value "$tmp/shadow-align4k.log" rmw_blocks)
 [ "$v" -gt 0 ] || fail "rmw_blocks=$v with align=4096 after an unaligned workload"

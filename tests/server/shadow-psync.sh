@@ -6,10 +6,7 @@ set -eu
 make_tmpdir
 pick_seed
 
-img=$tmp/odd.img
-make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 6000 -c 4 -q 8"
-shadow_run shadow-psync "$img" backend=psync
+shadow_odd shadow-psync 6000 backend=psync
 
 grep -q 'backend psync' "$tmp/shadow-psync.log" || fail "backend=psync did not select psync"
 all_paths_taken "$tmp/shadow-psync.log"

@@ -13,10 +13,7 @@ set -eu
 make_tmpdir
 pick_seed
 
-img=$tmp/odd.img
-make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 12000 -c 4 -q 8"
-shadow_run shadow "$img"
+shadow_odd shadow 12000
 
 log=$tmp/shadow.log
 grep -q 'backend io_uring' "$log" || fail "the default backend is not io_uring here"
