@@ -1,8 +1,7 @@
 #!/bin/sh
 # The nbdkit variant of the served suites: `make check` runs each test
-# listed in NBDKIT_SH_TESTS or NBDKIT_TAP_TESTS (tests/Makefile.am) twice,
-# once as itself (pdio serve) and once through this script against nbdkit
-# with pdio.so.
+# named in NBDKIT_STUBS (tests/Makefile.am) twice, once as itself (pdio
+# serve) and once through this script against nbdkit with pdio.so.
 # Its argument is a stub, nbdkit/DIR/NAME.nsh or .ntap, whose one line is
 # the test it stands for (DIR/NAME.sh or .tap, relative to tests/); the
 # test picks its server from PDIO_TEST_SERVER (tests/lib/common.sh).
