@@ -7,9 +7,10 @@
 # "Where pdio's time goes").
 #
 # Usage: bench/syscalls.sh [--job rr|rw|rr4x8] [--seconds S] SERVER...
-#   SERVER: pdio, pdio-psync, pdio-tN (nbdkit --threads=N), null,
-#           pdio-native (pdio serve, one thread per CPU),
-#           pdio-native-tN (pdio serve --threads N),
+#   SERVER: pdio (pdio serve, one thread per CPU),
+#           pdio-tN (pdio serve --threads N),
+#           pdio-nbdkit, pdio-nbdkit-psync, pdio-nbdkit-tN (nbdkit with
+#           pdio.so, --threads=N), null,
 #           qemu-native, qemu-uring
 #   --job   4k randread QD32 (rr, default), 4k randwrite QD32 (rw),
 #           4k randread over 4 connections x QD8 (rr4x8)
@@ -20,7 +21,7 @@
 # Besides system calls it counts io_uring:io_uring_queue_async_work (a
 # request the kernel could not issue inline and handed to an io-wq worker
 # thread: that is where an io_uring server's context switches come from)
-# and, for pdio-native, prints the engine's stats from pdio serve's exit
+# and, for pdio, prints the engine's stats from pdio serve's exit
 # (bounced_bytes must be 0 for these aligned jobs).
 set -eu
 
@@ -97,16 +98,16 @@ start_server() {  # start_server NAME SOCKET: sets pid
     null)
         nbdkit -U "$sock" -P "$work/$name.pid" null size=$(stat -c %s "$img")
         pid=$(pidfile "$work/$name.pid") ;;
-    pdio|pdio-psync|pdio-t*)
+    pdio-nbdkit|pdio-nbdkit-psync|pdio-nbdkit-t*)
         local args="" backend=io_uring
-        [ "$name" = pdio-psync ] && backend=psync
-        case $name in pdio-t[0-9]*) args="--threads=${name#pdio-t}" ;; esac
+        [ "$name" = pdio-nbdkit-psync ] && backend=psync
+        case $name in pdio-nbdkit-t[0-9]*) args="--threads=${name#pdio-nbdkit-t}" ;; esac
         nbdkit $args -U "$sock" -P "$work/$name.pid" "$plugin" file="$img" backend=$backend
         pid=$(pidfile "$work/$name.pid") ;;
-    pdio-native|pdio-native-t[0-9]*)
+    pdio|pdio-t[0-9]*)
         [ -x "$pdio" ] || { echo "syscalls.sh: $pdio is missing (PDIO_CLI)" >&2; exit 1; }
         local threads=""
-        case $name in pdio-native-t*) threads="--threads ${name#pdio-native-t}" ;; esac
+        case $name in pdio-t*) threads="--threads ${name#pdio-t}" ;; esac
         # Foreground; the engine's stats go to stderr when it exits.
         "$pdio" serve --socket "$sock" --exit-with-parent --backend io_uring \
             $threads "$img" >"$work/$name.log" 2>&1 &
@@ -133,7 +134,7 @@ for server in "$@"; do
     kill "$pid"
     status=0
     case $server in
-    pdio-native*) wait "$pid" || status=$? ;;
+    pdio|pdio-t[0-9]*) wait "$pid" || status=$? ;;
     *) while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done ;;
     esac
     pid=""
@@ -156,7 +157,7 @@ print("%-12s %-6s %7.0f IOPS  per I/O: %s" % (server, job, iops,
                                              ", ".join(cells)))
 EOF
     case $server in
-    pdio-native*)
+    pdio|pdio-t[0-9]*)
         # The engine's counts over the whole session (nbdinfo's probe
         # included), and the exit status SIGTERM gave.
         st=$(sed -n 's/^pdio serve: stats: //p' "$work/$server.log" | tail -1)

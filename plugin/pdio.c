@@ -73,7 +73,7 @@ this_thread (void)
 }
 
 #ifdef PDIO_TEST_BREAKS
-/* -D pdio.canary=1, in the test build only (tests/faults/pdio_test.la):
+/* -D pdio.canary=1, in the test build only (tests/plugin/pdio_test.la):
  * fill bounce pages with a canary whenever they are free, so any leak of
  * stale bounce memory to a client shows.
  */

@@ -48,10 +48,10 @@ SERVER_H = %reldir%/server/handshake.h %reldir%/server/include/server.h \
 SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
-# umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone),
-# and so is watchdog.c (tests/unit/test_watchdog); negotiate.c needs only
-# a socket (tests/unit/test_negotiate); wait.c needs only spawn.c and
-# util.c (tests/unit/test_wait).
+# umount.pdio.  json.c is pure (tests/cli/test_json compiles it alone),
+# and so is watchdog.c (tests/cli/test_watchdog); negotiate.c needs only
+# a socket (tests/cli/test_negotiate); wait.c needs only spawn.c and
+# util.c (tests/cli/test_wait).
 CLI_WAIT_C = %reldir%/cli/wait.c %reldir%/cli/spawn.c %reldir%/cli/util.c
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_WATCHDOG_C = %reldir%/cli/watchdog.c

@@ -8,7 +8,7 @@ import re
 
 from .checker import REGRESSION, Checker
 from .publish import BEGIN, END
-from .results import peak_rss_mib
+from .results import current_names, peak_rss_mib
 from .util import read_file
 
 RSS_LINE = re.compile(r"^INFO\s+peak RSS of pdio\s+([\d.]+) MiB", re.M)
@@ -29,15 +29,15 @@ def load_baseline(path, top):
     source = os.path.relpath(path, top) if path.startswith(top) else path
     if path.endswith(".json"):
         with open(path) as f:
-            doc = json.load(f)
+            doc = current_names(json.load(f))
         c = Checker(doc)
         ratios = {}
         for name, j, ref in REGRESSION:
-            v = c.ratio("pdio", j, ref)
+            v = c.ratio("pdio-nbdkit", j, ref)
             if v:
                 ratios[name] = v
         return {"source": source, "runs": [doc["meta"]["run_id"]],
-                "ratios": ratios, "pdio_rss_mib": peak_rss_mib(doc, "pdio"),
+                "ratios": ratios, "pdio_rss_mib": peak_rss_mib(doc, "pdio-nbdkit"),
                 "cpus": [doc["meta"].get("cpu")]}
     text = read_file(path)
     if BEGIN in text and END in text:

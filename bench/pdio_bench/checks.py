@@ -11,8 +11,8 @@ from .checker import (REGRESSION, REGRESSION_TOLERANCE, SEQ_JOBS, SPEED_JOBS,
                       Checker)
 from .fio import JOB_BY_NAME, JOBS
 from .results import has_memory, has_native, memory_of, peak_rss_mib
-from .servers import (ALIGN_CHECK, NATIVE, NATIVE_SCALING_JOBS, PDIO_ROWS,
-                      is_native_row, is_pdio_row)
+from .servers import (ALIGN_CHECK, NATIVE, NATIVE_SCALING_JOBS, NBDKIT_ROWS,
+                      is_native_row, is_nbdkit_row)
 
 # The 4k jobs the CPU-per-I/O target covers, and the QD32 ones the
 # context-switch target covers.
@@ -84,13 +84,13 @@ def check_speed_vs_qemu(c, counted):
     """The nbdkit front end: >= 1.2x the better qemu-nbd."""
     for j in SPEED_JOBS:
         c.verdict("pdio / better qemu-nbd cache=none, %s" % j,
-                  c.ratio("pdio", j, "qemu"), 1.2, counted=counted)
+                  c.ratio("pdio-nbdkit", j, "qemu"), 1.2, counted=counted)
 
 
 def check_speed_vs_null(c, counted):
     """The nbdkit front end keeps most of what nbdkit itself can do."""
     c.verdict("pdio / nbdkit null, rr4k-qd32",
-              c.ratio("pdio", "rr4k-qd32", "null"), 0.8, counted=counted)
+              c.ratio("pdio-nbdkit", "rr4k-qd32", "null"), 0.8, counted=counted)
 
 
 def check_sequential_vs_raw(c, server, who, counted=True):
@@ -102,8 +102,8 @@ def check_sequential_vs_raw(c, server, who, counted=True):
 def check_misaligned_writes(c, counted):
     """512-misaligned writes on a 4096-aligned pdio cost at most half."""
     c.verdict("misaligned / aligned 4k randwrite QD32 on pdio align=4096",
-              c.per_rep(lambda r: c.val(r, "pdio-a4k", "rw4k-mis-qd32") /
-                        c.val(r, "pdio-a4k", "rw4k-qd32")), 0.5,
+              c.per_rep(lambda r: c.val(r, "pdio-nbdkit-a4k", "rw4k-mis-qd32") /
+                        c.val(r, "pdio-nbdkit-a4k", "rw4k-qd32")), 0.5,
               counted=counted)
 
 
@@ -208,7 +208,7 @@ def state_peak_rss(c):
     the table over several runs."""
     for s in sorted({r["server"] for r in c.doc["results"]
                      if is_native_row(r["server"]) or
-                     is_pdio_row(r["server"])}):
+                     is_nbdkit_row(r["server"])}):
         rss = peak_rss_mib(c.doc, s)
         if rss:
             c.info("peak RSS of " + s,
@@ -248,7 +248,7 @@ def check_memory_follows_load(c, counted=True):
     (PSS - VmLck) <= IDLE_PSS_MIB when idle after load and IDLE_AFTER_S s
     without a client, VmPin while idle (at start and after load) its
     reserves and nothing more, peak RSS <= PEAK_RSS_MIB on every job.
-    Judged on the pdio-native row (pdio serve alone; per repetition, the
+    Judged on the pdio row (pdio serve alone; per repetition, the
     worst of its server processes and jobs); stated, not judged, in a run
     without it."""
     N = NATIVE
@@ -295,7 +295,7 @@ def check_memory_follows_load(c, counted=True):
 
 
 def state_front_end_rss(c):
-    for s in PDIO_ROWS:
+    for s in NBDKIT_ROWS:
         rss = peak_rss_mib(c.doc, s)
         if rss:
             c.info("peak RSS of " + s,
@@ -337,13 +337,13 @@ def check_no_regression(c, cfg):
                    "not in the published baseline")
             continue
         bm = statistics.median(b)
-        c.verdict("no regression: " + name, c.ratio("pdio", j, ref),
+        c.verdict("no regression: " + name, c.ratio("pdio-nbdkit", j, ref),
                   REGRESSION_TOLERANCE * bm,
                   note="; published %.2fx [%s]" % (bm, per_rep_text(b)))
     # Memory: stated against the published figure (WARN above 1.5x; not a
     # target of its own, but the engine's per-thread pools multiply by
     # nbdkit's 16 threads per connection).
-    rss = peak_rss_mib(c.doc, "pdio")
+    rss = peak_rss_mib(c.doc, "pdio-nbdkit")
     if rss and base.get("pdio_rss_mib"):
         c.emit("WARN" if rss > 1.5 * base["pdio_rss_mib"] else "INFO",
                "nbdkit front end: peak RSS of pdio against published",
@@ -354,23 +354,23 @@ def check_no_regression(c, cfg):
 
 def check_no_regression_same_run(c):
     """The nbdkit front end against a baseline build's pdio.so run in the
-    same repetitions (the pdio-base row): the same host, the same minutes."""
-    if not c.has("pdio-base"):
+    same repetitions (the pdio-nbdkit-base row): the same host, the same minutes."""
+    if not c.has("pdio-nbdkit-base"):
         return
     c.info("nbdkit front end: same-run baseline",
-           "pdio-base is %s; a repetition regresses below %.0f%% of it"
+           "pdio-nbdkit-base is %s; a repetition regresses below %.0f%% of it"
            % (c.doc["meta"].get("base_plugin", "?"),
               REGRESSION_TOLERANCE * 100))
     for j in SPEED_JOBS + SEQ_JOBS:
-        c.verdict("no regression (same run): pdio / pdio-base, %s" % j,
-                  c.ratio("pdio", j, "pdio-base"), REGRESSION_TOLERANCE)
+        c.verdict("no regression (same run): pdio-nbdkit / pdio-nbdkit-base, %s" % j,
+                  c.ratio("pdio-nbdkit", j, "pdio-nbdkit-base"), REGRESSION_TOLERANCE)
 
 
 def state_thread_scaling(c):
     """--threads 2 against --threads 1: stated, not a target (on 2 vCPUs
     fio shares the CPUs with the server)."""
     for j in NATIVE_SCALING_JOBS:
-        vals = c.ratio("pdio-native-t2", j, "pdio-native-t1")
+        vals = c.ratio("pdio-t2", j, "pdio-t1")
         if vals:
             c.info("scaling: native --threads 2 / --threads 1, %s" % j,
                    "%.2fx (per repetition: %s)%s" % (
@@ -400,7 +400,7 @@ def native_server_targets(c, cfg):
     check_sequential_vs_raw(c, NATIVE, "native")
     check_no_bounce(c)
     check_no_page_cache(c, "native", is_native_row)
-    check_no_page_cache(c, "nbdkit pdio", is_pdio_row)
+    check_no_page_cache(c, "nbdkit pdio", is_nbdkit_row)
     state_peak_rss(c)
     check_memory_follows_load(c)
     check_no_regression(c, cfg)
@@ -412,10 +412,10 @@ def native_server_targets(c, cfg):
 def front_end_targets(c, counted):
     check_speed_vs_qemu(c, counted)
     check_speed_vs_null(c, counted)
-    check_sequential_vs_raw(c, "pdio", "pdio", counted)
+    check_sequential_vs_raw(c, "pdio-nbdkit", "pdio-nbdkit", counted)
     check_misaligned_writes(c, counted)
-    check_no_page_cache(c, "pdio", is_pdio_row, counted)
-    check_cpu_per_io(c, "pdio", "pdio", [j.name for j in JOBS], 1.0,
+    check_no_page_cache(c, "pdio-nbdkit", is_nbdkit_row, counted)
+    check_cpu_per_io(c, "pdio-nbdkit", "pdio-nbdkit", [j.name for j in JOBS], 1.0,
                      counted, list_unmeasured=False)
     state_front_end_rss(c)
 

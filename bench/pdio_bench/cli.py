@@ -37,22 +37,22 @@ def parser():
     p.add_argument("--dir", help="where the image lives (BENCH_DIR)")
     p.add_argument("--servers", help="comma list (default: all): " +
                    ", ".join(s.name for s in rows(Config(), "IMG", 0)) +
-                   "; also pdio-tN, pdio-native-tN, and " +
+                   "; also pdio-nbdkit-tN, pdio-tN, and " +
                    ", ".join("%s (= %s)" % (k, ",".join(v))
                              for k, v in SERVER_SETS.items()))
     p.add_argument("--jobs", help="comma list (default: all): " +
                    ", ".join(JOB_BY_NAME))
     p.add_argument("--pdio", metavar="PATH",
-                   help="the pdio CLI whose 'pdio serve' the pdio-native rows "
+                   help="the pdio CLI whose 'pdio serve' the pdio rows "
                         "run (PDIO_CLI; default: this tree's src/cli/pdio)")
     p.add_argument("--plugin", metavar="PATH",
                    help="the nbdkit plugin of the pdio rows (PDIO_PLUGIN; "
                         "default: this tree's plugin/.libs/pdio.so)")
     p.add_argument("--base-plugin", metavar="PATH",
-                   help="the pdio.so of a baseline build for the pdio-base "
+                   help="the pdio.so of a baseline build for the pdio-nbdkit-base "
                         "row (PDIO_BASE_PLUGIN; e.g. the build before a "
                         "change): 'no regression' is then also checked as "
-                        "pdio / pdio-base in the same repetition")
+                        "pdio / pdio-nbdkit-base in the same repetition")
     p.add_argument("--baseline", metavar="FILE",
                    help="the nbdkit front end's published ratios for 'no "
                         "regression': a docs/performance.md or a results.json"

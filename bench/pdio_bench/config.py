@@ -21,7 +21,7 @@ class Config:
     # merged.
     plugin: str = os.path.join(TOP, "plugin", ".libs", "pdio.so")
     pdio_cli: str = os.path.join(TOP, "src", "cli", "pdio")
-    # The pdio-base row: another build's pdio.so, so that "no regression"
+    # The pdio-nbdkit-base row: another build's pdio.so, so that "no regression"
     # is measured in the same run rather than against figures published
     # on another day (or another machine).
     base_plugin: str = ""

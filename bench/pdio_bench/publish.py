@@ -4,7 +4,7 @@ import json
 import os
 import shutil
 
-from .results import reps_of
+from .results import current_names, reps_of
 from .util import log, read_file
 
 BEGIN = "<!-- bench:begin (bench/run.sh --publish rewrites this block) -->"
@@ -20,7 +20,7 @@ def publish(outdirs, cfg):
     chart_png = None
     for outdir in outdirs:
         with open(os.path.join(outdir, "results.json")) as f:
-            doc = json.load(f)
+            doc = current_names(json.load(f))
         m = doc["meta"]
         final = m["runtime_s"] >= 10 and len(reps_of(doc)) >= 2
         md = read_file(os.path.join(outdir, "summary.md"))

@@ -10,7 +10,7 @@ import subprocess
 from .checks import check_lines, check_title
 from .fio import JOB_BY_NAME, JOBS
 from .results import has_memory, has_native, index, memory_of, reps_of
-from .servers import QEMU_ROWS, is_native_row, is_pdio_row
+from .servers import QEMU_ROWS, is_native_row, is_nbdkit_row
 from .util import log
 
 
@@ -176,7 +176,7 @@ def header(doc):
                 m.get("plugin_mtime", "?"), m.get("plugin_sha256", "?"),
                 len(reps_of(doc)), m["runtime_s"], m["ramp_s"],
                 m["loadavg_start"], m.get("loadavg_end", float("nan"))))
-    if any(is_pdio_row(s) for s in doc["servers"]) and m.get("plugin_tree"):
+    if any(is_nbdkit_row(s) for s in doc["servers"]) and m.get("plugin_tree"):
         L.append("- pdio.so: %s (%s)." % (m["plugin"],
                                           build_line(m["plugin_tree"])))
     if any(is_native_row(s) for s in doc["servers"]):
@@ -205,8 +205,8 @@ def summary_md(doc, cfg):
                "image, same repetition)",
                lambda s, j: ratio_fn(s, j, "raw"), r2)
     L += table(doc, "Ratio to pdio (backend=io_uring, same repetition)",
-               lambda s, j: ratio_fn(s, j, "pdio"), r2,
-               note="pdio-a4k's rows are against pdio's same job.")
+               lambda s, j: ratio_fn(s, j, "pdio-nbdkit"), r2,
+               note="pdio-nbdkit-a4k's rows are against pdio-nbdkit's same job.")
     if has_native(doc):
         L += table(doc, "Ratio to the better qemu-nbd cache=none row (same "
                    "repetition)", qemu_ratio_fn, r2)
@@ -244,10 +244,10 @@ def summary_md(doc, cfg):
 
 COLOURS = {
     "raw": "#555555", "null": "#bbbbbb",
-    "pdio": "#08306b", "pdio-psync": "#2171b5", "pdio-t32": "#4292c6",
-    "pdio-a4k": "#6baed6", "pdio-base": "#9ecae1",
-    "pdio-native": "#7a0177", "pdio-native-t1": "#c51b8a",
-    "pdio-native-t2": "#f768a1",
+    "pdio-nbdkit": "#08306b", "pdio-nbdkit-psync": "#2171b5", "pdio-nbdkit-t32": "#4292c6",
+    "pdio-nbdkit-a4k": "#6baed6", "pdio-nbdkit-base": "#9ecae1",
+    "pdio": "#7a0177", "pdio-t1": "#c51b8a",
+    "pdio-t2": "#f768a1",
     "qemu-native": "#cb181d", "qemu-uring": "#fd8d3c",
     "file": "#238b45", "file-nocache": "#a1d99b", "nbd-server": "#6a51a3",
 }
@@ -277,7 +277,7 @@ def chart(doc, outdir):
         return None
     srv, jobs = present(doc)
     panels = [("raw", "ratio to the raw row (fio io_uring direct=1)"),
-              ("pdio", "ratio to pdio (backend=io_uring)")]
+              ("pdio-nbdkit", "ratio to pdio-nbdkit (backend=io_uring)")]
     datafiles = []
     for ref, _ in panels:
         path = os.path.join(outdir, "ratios-%s.dat" % ref)

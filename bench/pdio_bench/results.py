@@ -3,6 +3,7 @@ and the rows indexed by repetition, server and job."""
 
 import json
 import os
+import re
 
 from .servers import is_native_row
 from .util import die
@@ -17,6 +18,36 @@ TSV_COLS = ["rep", "server", "job", "metric", "value", "iops", "mbps",
             "cs_per_io", "rss_peak_kib", "rss_peak_sampled_kib", "hwm_reset",
             "pin_peak_kib", "lck_peak_kib", "cache_pages", "cache_bytes",
             "cache_pages_at_start", "loadavg", "steal_pct", "fio_error"]
+# Row names before pdio serve was the row called "pdio": runs recorded
+# then (no "row_names" in the document) are read with today's names.
+ROW_NAMES = 2
+LEGACY_ROWS = {"pdio": "pdio-nbdkit", "pdio-psync": "pdio-nbdkit-psync",
+               "pdio-base": "pdio-nbdkit-base", "pdio-a4k": "pdio-nbdkit-a4k",
+               "pdio-native": "pdio", "pdio-native-tcp": "pdio-tcp",
+               "pdio-native-tls": "pdio-tls"}
+
+
+def legacy_row(name):
+    if name in LEGACY_ROWS:
+        return LEGACY_ROWS[name]
+    m = re.fullmatch(r"pdio-(native-)?t(\d+)", name)
+    if m:
+        return ("pdio-t%s" if m.group(1) else "pdio-nbdkit-t%s") % m.group(2)
+    return name
+
+
+def current_names(doc):
+    """doc with today's row names, whenever it was recorded."""
+    if doc.get("row_names") == ROW_NAMES:
+        return doc
+    doc["servers"] = {legacy_row(k): v for k, v in doc["servers"].items()}
+    for key in ("results", "sessions", "memory"):
+        for r in doc.get(key, []):
+            r["server"] = legacy_row(r["server"])
+    doc["row_names"] = ROW_NAMES
+    return doc
+
+
 # Flat: every job row also carries its server process's idle figures.
 TSV_SESSION_COLS = ["idle_s"] + ["%s_%s" % (w, f) for w in
                                  ("idle_start", "idle_after")
@@ -71,7 +102,8 @@ def load_results(path, cfg):
     if not os.path.exists(path):
         die("no results at %s" % path)
     with open(path) as f:
-        return json.load(f), os.path.dirname(os.path.abspath(path))
+        return (current_names(json.load(f)),
+                os.path.dirname(os.path.abspath(path)))
 
 
 def index(doc):

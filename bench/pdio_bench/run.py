@@ -18,8 +18,8 @@ from .procfs import (CsCounter, Monitor, cpu_jiffies, descendants, fincore,
                      loadavg, mem_snapshot, proc_status_kib, reset_peak_rss)
 from .publish import publish
 from .report import report
-from .results import save
-from .servers import (client_env, fmt_session, is_native_row, is_pdio_row,
+from .results import ROW_NAMES, save
+from .servers import (client_env, fmt_session, is_native_row, is_nbdkit_row,
                       native_session, rows, selected_rows, sessions_of,
                       start_server, stop_server, wanted)
 from .util import die, log, parse_size
@@ -126,25 +126,25 @@ def require_tools():
 def require_builds(cfg, chosen):
     """The builds the chosen rows run, checked before the image is made.
     The baseline row runs only when named (it needs --base-plugin)."""
-    if "pdio-base" in chosen and not (cfg.base_plugin and
+    if "pdio-nbdkit-base" in chosen and not (cfg.base_plugin and
                                       os.path.exists(cfg.base_plugin)):
-        die("the pdio-base row needs --base-plugin PATH (PDIO_BASE_PLUGIN): "
+        die("the pdio-nbdkit-base row needs --base-plugin PATH (PDIO_BASE_PLUGIN): "
             "another build's pdio.so (%s)" % (cfg.base_plugin or "unset"))
-    if any(w == "pdio" or is_pdio_row(w) for w in chosen) and \
+    if any(w == "pdio-nbdkit" or is_nbdkit_row(w) for w in chosen) and \
             not os.path.exists(cfg.plugin):
         die("%s is missing: run scripts/bootstrap build (or --plugin, "
             "PDIO_PLUGIN)" % cfg.plugin)
     if any(is_native_row(w) for w in chosen):
         if not os.access(cfg.pdio_cli, os.X_OK):
             die("%s is missing: build pdio (or --pdio, PDIO_CLI; or leave "
-                "the pdio-native rows out with --servers)" % cfg.pdio_cli)
+                "the pdio rows out with --servers)" % cfg.pdio_cli)
         # Before the native server, pdio serve ran nbdkit and had no
         # --threads: say so now rather than after the rows before it ran.
         r = subprocess.run([cfg.pdio_cli, "serve", "--help"],
                            capture_output=True, text=True)
         if "--threads" not in r.stdout + r.stderr:
             die("%s serve has no --threads: not a build with pdio's own "
-                "server (--pdio, PDIO_CLI; or leave the pdio-native rows "
+                "server (--pdio, PDIO_CLI; or leave the pdio rows "
                 "out with --servers)" % cfg.pdio_cli)
 
 
@@ -198,7 +198,7 @@ def do_run(cfg):
     size = parse_size(cfg.size)
     names = [s.name for s in rows(cfg, "IMG", size)]
     want = wanted(cfg.servers, names)
-    require_builds(cfg, want or [n for n in names if n != "pdio-base"])
+    require_builds(cfg, want or [n for n in names if n != "pdio-nbdkit-base"])
     jobs = selected_jobs(cfg.jobs)
 
     img = ensure_image(cfg.dir, size)
@@ -220,7 +220,8 @@ def do_run(cfg):
                                   for j in JOBS},
            "servers": {s.name: {"label": s.label, "kind": s.kind,
                                 "args": s.args} for s in all_servers},
-           "results": [], "sessions": [], "memory": []}
+           "results": [], "sessions": [], "memory": [],
+           "row_names": ROW_NAMES}
     njobs = sum(len([j for j in jobs if s.jobs is None or j.name in s.jobs])
                 for s in all_servers)
     nsessions = sum(len(sessions_of(s, [j for j in jobs if s.jobs is None or

@@ -25,7 +25,7 @@ class Server:
 
 
 def pdio_threads_server(cfg, img, threads):
-    return Server("pdio-t%d" % threads,
+    return Server("pdio-nbdkit-t%d" % threads,
                   "pdio backend=io_uring, nbdkit --threads=%d" % threads,
                   "nbdkit", ["--threads=%d" % threads, cfg.plugin,
                              "file=" + img, "backend=io_uring"])
@@ -40,11 +40,11 @@ NATIVE_SCALING_JOBS = ["rr4k-qd32", "rw4k-qd32", "rr4k-4x8"]
 
 def native_server(img, threads=None):
     if threads is None:
-        return Server("pdio-native",
+        return Server("pdio",
                       "pdio serve (own NBD server), io_uring, threads = one "
                       "per CPU (%d)" % (os.cpu_count() or 1), "native",
                       ["--backend", "io_uring"])
-    return Server("pdio-native-t%d" % threads,
+    return Server("pdio-t%d" % threads,
                   "pdio serve (own NBD server), io_uring, --threads %d"
                   % threads, "native",
                   ["--backend", "io_uring", "--threads", str(threads)],
@@ -61,11 +61,11 @@ def rows(cfg, img, size):
         Server("raw", "fio io_uring direct=1 on the image (no NBD)", "raw"),
         Server("null", "nbdkit null (no I/O)", "nbdkit",
                ["null", "size=%d" % size]),
-        Server("pdio", "pdio backend=io_uring", "nbdkit",
+        Server("pdio-nbdkit", "pdio backend=io_uring", "nbdkit",
                [cfg.plugin, "file=" + img, "backend=io_uring"]),
-        Server("pdio-psync", "pdio backend=psync", "nbdkit",
+        Server("pdio-nbdkit-psync", "pdio backend=psync", "nbdkit",
                [cfg.plugin, "file=" + img, "backend=psync"]),
-        Server("pdio-base", "pdio backend=io_uring, baseline build "
+        Server("pdio-nbdkit-base", "pdio backend=io_uring, baseline build "
                "(--base-plugin %s)" % (cfg.base_plugin or "unset"), "nbdkit",
                [cfg.base_plugin, "file=" + img, "backend=io_uring"]),
         # nbdkit's callbacks are synchronous: each read in flight holds a
@@ -78,7 +78,7 @@ def rows(cfg, img, size):
         # blocksize-policy filter advertises 512 instead: the misaligned
         # writes reach pdio, which does the read-modify-write.  Both jobs on
         # this server go through the filter.
-        Server("pdio-a4k", "pdio io_uring align=4096 (+blocksize-policy min=512)",
+        Server("pdio-nbdkit-a4k", "pdio io_uring align=4096 (+blocksize-policy min=512)",
                "nbdkit",
                ["--filter=blocksize-policy", cfg.plugin, "file=" + img,
                 "backend=io_uring", "align=4096", "blocksize-minimum=512",
@@ -97,13 +97,13 @@ def rows(cfg, img, size):
                ["file", "file=" + img, "cache=none"]),
         Server("nbd-server", "nbd-server (page cache)", "nbd-server",
                export="bench"),
-        # TLS (x509, TLS 1.3) over loopback TCP; pdio-native-tcp is the
+        # TLS (x509, TLS 1.3) over loopback TCP; pdio-tcp is the
         # same server in plain text over the same transport, the ratio's
         # other half.
-        Server("pdio-native-tcp", "pdio serve over loopback TCP, no TLS",
+        Server("pdio-tcp", "pdio serve over loopback TCP, no TLS",
                "native", ["--backend", "io_uring"], jobs=TLS_JOBS,
                tls=None),
-        Server("pdio-native-tls", "pdio serve, TLS x509 (--tls-certificates)",
+        Server("pdio-tls", "pdio serve, TLS x509 (--tls-certificates)",
                "native", ["--backend", "io_uring"], jobs=TLS_JOBS, tls=True),
         Server("nbdkit-file-tls", "nbdkit file cache=none --tls=require (x509)",
                "nbdkit", ["file", "file=" + img, "cache=none"],
@@ -116,35 +116,35 @@ def rows(cfg, img, size):
 
 # Other names --servers takes for a row.
 SERVER_ALIASES = {"qemu-nbd-native": "qemu-native",
-                  "qemu-nbd-uring": "qemu-uring", "native": "pdio-native"}
+                  "qemu-nbd-uring": "qemu-uring", "native": "pdio"}
 
 # Names --servers takes for a set of rows.  native-targets: the rows the
 # native server's targets compare, for a run shorter than the matrix.
 SERVER_SETS = {
-    "native-targets": ["raw", "null", "pdio-native", "pdio-native-t1",
-                       "pdio-native-t2", "pdio", "qemu-native", "qemu-uring"],
-    "tls": ["pdio-native-tcp", "pdio-native-tls", "nbdkit-file-tls",
+    "native-targets": ["raw", "null", "pdio", "pdio-t1",
+                       "pdio-t2", "pdio-nbdkit", "qemu-native", "qemu-uring"],
+    "tls": ["pdio-tcp", "pdio-tls", "nbdkit-file-tls",
             "qemu-uring-tls"],
 }
 
 QEMU_ROWS = ("qemu-native", "qemu-uring")
-PDIO_ROWS = ("pdio", "pdio-psync", "pdio-t32", "pdio-a4k")
-NATIVE = "pdio-native"
+NBDKIT_ROWS = ("pdio-nbdkit", "pdio-nbdkit-psync", "pdio-nbdkit-t32", "pdio-nbdkit-a4k")
+NATIVE = "pdio"
 SWEPT_ROW = re.compile(r"pdio-(native-)?t(\d+)")
 
 
-def is_pdio_row(name):
+def is_nbdkit_row(name):
     """The nbdkit + pdio.so rows."""
-    return name in PDIO_ROWS or re.fullmatch(r"pdio-t\d+", name) is not None
+    return name in NBDKIT_ROWS or re.fullmatch(r"pdio-nbdkit-t\d+", name) is not None
 
 
 def is_native_row(name):
-    return name == NATIVE or re.fullmatch(r"pdio-native-t\d+", name) \
+    return name == NATIVE or re.fullmatch(r"pdio-t\d+", name) \
         is not None
 
 
 def wanted(spec, names):
-    """The row names --servers asks for (None: all but pdio-base), aliases
+    """The row names --servers asks for (None: all but pdio-nbdkit-base), aliases
     and sets expanded; dies on a name it does not know."""
     if not spec:
         return None
@@ -154,15 +154,15 @@ def wanted(spec, names):
         want += SERVER_SETS.get(w, [w])
     bad = [w for w in want if w not in names and not SWEPT_ROW.fullmatch(w)]
     if bad:
-        die("unknown server(s) %s; known: %s, pdio-tN, pdio-native-tN, %s"
+        die("unknown server(s) %s; known: %s, pdio-nbdkit-tN, pdio-tN, %s"
             % (bad, ", ".join(names), ", ".join(SERVER_SETS)))
     return want
 
 
 def selected_rows(cfg, img, size, want):
     """The rows to run, in matrix order: all of them, or those in want,
-    which may add thread sweeps: pdio-tN (nbdkit --threads=N, any N) and
-    pdio-native-tN (pdio serve --threads N)."""
+    which may add thread sweeps: pdio-nbdkit-tN (nbdkit --threads=N, any N) and
+    pdio-tN (pdio serve --threads N)."""
     all_rows = rows(cfg, img, size)
     if not want:
         return all_rows

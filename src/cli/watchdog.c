@@ -21,7 +21,7 @@
  * judges: stalled, it is given longer, in steps, up to a bound (pdio.h).
  *
  * Nothing here reads the clock or /proc: the caller passes the time and
- * the readings, so tests/unit/test_watchdog drives the decisions with a
+ * the readings, so tests/cli/test_watchdog drives the decisions with a
  * clock and a /proc of its own.
  */
 #include <config.h>

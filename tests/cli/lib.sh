@@ -14,8 +14,8 @@ pdio=$PDIO
 pdio_fakes=${PDIO_TEST_PDIO:-$TESTS_BUILDDIR/vm/pdio-broken}
 [ -x "$pdio_fakes" ] || hard_error "the test build of pdio(1) not built: $pdio_fakes"
 
-# fe_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
-fe_setup ()
+# srv_setup: $tmp/run, a fake sysfs with nbd0..nbd3 free.
+srv_setup ()
 {
     export PDIO_RUNDIR=$tmp/run
     fakesys=$tmp/sys

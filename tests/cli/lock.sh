@@ -2,11 +2,13 @@
 # Two writers on one image destroy it: the second nbdkit pdio of an image
 # must fail at once, naming the server that holds it, and a reader too;
 # read-only servers share the image, and a writer is refused while any
-# reader holds it.  (tests/unit/test_engine.c checks the engine's lock
+# reader holds it.  (tests/engine/test_engine.c checks the engine's lock
 # through its API; this is the user's view, through nbdkit.)
 # PDIO_TEST_PLUGIN=file makes this fail: nbdkit's file plugin takes no lock.
 set -eu
-. "$TESTS_SRCDIR/lib/common.sh"
+# The holders are nbdkit with pdio.so (the lock is the engine's, whoever
+# serves; pdio serve's refusal is cli.tap's).
+. "$TESTS_SRCDIR/lib/common.sh" --server=nbdkit
 make_tmpdir
 pick_seed
 

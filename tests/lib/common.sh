@@ -16,10 +16,12 @@
 #   PDIO_TEST_PLUGIN  serve with this plugin instead (e.g. "file", to try a
 #                     harness against nbdkit's own file plugin); tests of
 #                     pdio-only behaviour will then fail, as they should
-#   PDIO_TEST_FRONTEND  nbdkit (default): servers are nbdkit with the
-#                     plugin; native: pdio's own server (pdio serve), given
-#                     the same plugin parameters (file=, readonly=,
-#                     backend=, align=), so a test runs against either
+#   PDIO_TEST_SERVER  native (default): servers are pdio's own (pdio
+#                     serve), given the plugin's parameters (file=,
+#                     readonly=, backend=, align=) as its options; nbdkit:
+#                     nbdkit with the plugin.  A test runs against either
+#                     ($SERVER); make check runs the served suites with
+#                     both (tests/Makefile.am, the nbdkit variant)
 #   PDIO_TEST_TMPDIR  parent of the per-test temporary directory (default
 #                     /var/tmp; refused if it is on tmpfs: the tests need a
 #                     real file system with O_DIRECT, holes and a page cache)
@@ -28,28 +30,33 @@
 #
 # Exit codes follow automake: 0 pass, 1 fail, 99 hard error (the test could
 # not run).  Nothing here ever skips: a skipped test is a failed suite.
+# A test that must run against one server names it: source this file
+# with --server=nbdkit (or native).
 # Sourcing it sets -eu and traps EXIT, INT and TERM: register clean-up
 # with at_exit rather than with trap, or it will be lost.
 #
 # Helpers (all print what they do on stdout, which goes to the test's log):
 #   fail MSG / hard_error MSG    report and exit 1 / 99
 #   require_cmd CMD...           hard error if a command is missing
+#   built FILE                   FILE, printed, or a hard error if make
+#                                check has not built it
 #   at_exit 'SHELL CODE'         run at exit (any exit), newest first
 #   make_tmpdir                  $tmp = a fresh directory, removed at exit
 #                                (also TAP_DIR, for tap_case)
 #   make_image FILE SIZE SEED    pseudo-random, fully allocated, not cached
 #   file_sum FILE                sha256 of FILE
 #   file_size FILE               size in bytes
-#   start_server LOG ARGS...     nbdkit -f -v -U $sock ARGS (in the
-#                                background, output to LOG); waits until it
-#                                serves; sets $server_pid $server_log $sock
-#                                $uri.  Stopped at exit if still running.
-#                                With the native front end: pdio serve
-#                                --socket $sock with ARGS translated.
+#   start_server LOG ARGS...     pdio serve --socket $sock with ARGS (the
+#                                plugin and its parameters) translated, or
+#                                with SERVER=nbdkit nbdkit -f -v -U $sock
+#                                ARGS (in the background, output to LOG);
+#                                waits until it serves; sets $server_pid
+#                                $server_log $sock $uri.  Stopped at exit
+#                                if still running.
 #   stop_server                  SIGTERM, wait; fails unless it exits 0
 #   stop_server_status           the same, but only sets $server_status
 #   nbdkit_version               $NBDKIT's version, such as 1.32.5
-#   expect_start_failure LOG ARGS...  nbdkit ARGS must refuse to start
+#   expect_start_failure LOG ARGS...  the server must refuse to start
 #   log_has LOG STRING...        LOG contains each STRING (fixed strings);
 #                                fails showing the log otherwise
 #   run_client CMD...            CMD with a timeout (a hung server fails the
@@ -77,6 +84,18 @@
 #                                $tmp/LABEL.log
 #   interleave_run LABEL IMAGE [PARAMS...]
 #                                the same with interleave_io $interleave_args
+#   shadow_odd LABEL N [PARAMS...]
+#                                shadow_run on $img, a fresh image of 10 MiB
+#                                + 1234 bytes (no multiple of any block
+#                                size), N requests over 4 connections x 8
+#                                in flight
+#   sanitized_rounds LABEL N HOSTILE CHECK
+#                                for a sanitizer build of pdio serve
+#                                ($PDIO_TEST_PDIO): shadow_run of N requests
+#                                on $img (8 MiB + 1234 bytes), then a server
+#                                queried by nbdinfo --map and HOSTILE
+#                                raw-socket connections; CHECK LOG after
+#                                each.  That server is left running.
 #   tap_case DESC FUNCTION [ARGS...]
 #                                for *.tap tests (tap.sh): FUNCTION in a
 #                                subshell with set -e, its output to stderr
@@ -87,10 +106,10 @@
 #                                (tap.sh) of the last server
 #   tap_done                     print the plan ("1..N", tap_plan); call
 #                                last
-#   valgrind_logs_empty and valgrind_wrap: tests/valgrind/lib.sh
+#   valgrind_logs_empty and valgrind_wrap: tests/lib/valgrind.sh
 #
 # Variables: $PLUGIN (plugin under test), $PDIO (pdio(1) under test),
-# $FRONTEND (nbdkit or native), $tools (the directory of the built C
+# $SERVER (native or nbdkit), $tools (the directory of the built C
 # clients: shadow_io, interleave_io, nbdreq, mkimage, strict_clients),
 # $nbdkit_flags (-f -v and the quieting -D flag every server gets).
 
@@ -107,11 +126,14 @@ set -eu
 : "${TESTS_SRCDIR:?run from make check, or export TESTS_SRCDIR}"
 
 PLUGIN=${PDIO_TEST_PLUGIN:-${PDIO_PLUGIN:?run from make check, or export PDIO_PLUGIN}}
-FRONTEND=${PDIO_TEST_FRONTEND:-nbdkit}
-case $FRONTEND in nbdkit|native) ;; *) echo "PDIO_TEST_FRONTEND=$FRONTEND: nbdkit or native" >&2; exit 99 ;; esac
+SERVER=${PDIO_TEST_SERVER:-native}
+# A test of nbdkit or of the plugin sources this file with --server=nbdkit:
+# that is its server whatever the suite's.
+case ${1:-} in --server=*) SERVER=${1#--server=}; export PDIO_TEST_SERVER=$SERVER ;; esac
+case $SERVER in native|nbdkit) ;; *) echo "PDIO_TEST_SERVER=$SERVER: native or nbdkit" >&2; exit 99 ;; esac
 # PDIO_TEST_PDIO: another build of pdio(1) (server/asan.sh's ASan build).
 PDIO=${PDIO_TEST_PDIO:-${PDIO_BUILDDIR:-$TESTS_BUILDDIR/..}/src/cli/pdio}
-tools=$TESTS_BUILDDIR/integration
+tools=$TESTS_BUILDDIR/lib
 # One debug line per request would bury the stats lines: keep the rest.
 nbdkit_flags="-f -v -D nbdkit.backend.datapath=0"
 client_timeout=${PDIO_TEST_CLIENT_TIMEOUT:-180}
@@ -134,6 +156,12 @@ require_cmd ()
         command -v "$_c" >/dev/null 2>&1 ||
             hard_error "required command not found: $_c"
     done
+}
+
+built ()
+{
+    [ -e "$1" ] || hard_error "$1 is not built (make check builds it)"
+    echo "$1"
 }
 
 # Exit actions, run newest first.  Each is eval'd with errors ignored so
@@ -200,7 +228,7 @@ _native_argv ()
         readonly=false|readonly=0) ;;
         backend=*) _native_args+=(--backend "${_a#backend=}") ;;
         align=*) _native_args+=(--align "${_a#align=}") ;;
-        *) hard_error "the native front end has no equivalent of '$_a'" ;;
+        *) hard_error "pdio serve has no equivalent of '$_a'" ;;
         esac
     done
     [ -n "$_image" ] || hard_error "no file= in: $*"
@@ -252,18 +280,18 @@ start_server ()
     server_pidfile=$tmp/nbdkit.pid.$_server_no
     rm -f "$sock" "$server_pidfile"
     _server_args="$*"
-    if [ "$FRONTEND" = native ]; then
+    if [ "$SERVER" = native ]; then
         _start_native "$@"
         return
     fi
     # -D pdio.canary=1 is read only by the plugin's test build
-    # (faults/pdio_test.la), loaded in place of $PLUGIN for it unless
+    # (plugin/pdio_test.la), loaded in place of $PLUGIN for it unless
     # PDIO_TEST_PLUGIN names another.
     local _a _nbdkit_args=()
     for _a; do
         case " $nbdkit_flags " in *" -D pdio.canary=1 "*)
             if [ "$_a" = "$PLUGIN" ] && [ -z "${PDIO_TEST_PLUGIN:-}" ]; then
-                _a=$TESTS_BUILDDIR/faults/.libs/pdio_test.so
+                _a=$TESTS_BUILDDIR/plugin/.libs/pdio_test.so
             fi ;;
         esac
         _nbdkit_args+=("$_a")
@@ -317,7 +345,7 @@ expect_start_failure ()
 {
     _log=$1; shift
     _status=0
-    if [ "$FRONTEND" = native ]; then
+    if [ "$SERVER" = native ]; then
         _native_argv "$@"
         timeout 30 "$PDIO" serve --socket "$tmp/refused.sock" \
             "${_native_args[@]}" > "$_log" 2>&1 || _status=$?
@@ -465,6 +493,32 @@ interleave_run ()
 {
     _l=$1 _i=$2; shift 2
     _client_run "$_l" interleave_io "${interleave_args:-}" "$_i" "$@"
+}
+
+shadow_odd ()
+{
+    _l=$1 _n=$2; shift 2
+    img=$tmp/odd.img
+    make_image "$img" $((10 * 1024 * 1024 + 1234)) "$seed"
+    shadow_args="-n $_n -c 4 -q 8"
+    shadow_run "$_l" "$img" "$@"
+}
+
+sanitized_rounds ()
+{
+    _l=$1 _n=$2 _hostile=$3 _check=$4
+    [ -x "$PDIO_TEST_PDIO" ] || hard_error "$PDIO_TEST_PDIO is not built"
+    img=$tmp/img
+    make_image "$img" $((8 * 1024 * 1024 + 1234)) "$seed"
+    shadow_args="-n $_n -c 4 -q 8"
+    shadow_run "$_l" "$img"
+    "$_check" "$tmp/$_l.log"
+    start_server "$tmp/${_l}2.log" "$PLUGIN" file="$img"
+    nbdinfo --map "$uri" > /dev/null
+    run_client python3 "$TESTS_SRCDIR/server/rawclient.py" hostile "$sock" \
+        "$_hostile" "$seed" > /dev/null ||
+        fail "a hostile connection got a wrong reply"
+    "$_check" "$server_log"
 }
 
 # After stop_server_status (not inside a tap_case: a subshell cannot wait

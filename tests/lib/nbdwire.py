@@ -1,6 +1,6 @@
 """The NBD wire format for the Python test clients that speak it by hand
 (tests/server/rawclient.py, tests/server/tlsclient.py, the seed corpus of
-tests/robust/mkcorpus-server.py and the short clients inside the server
+tests/protocol/mkcorpus-server.py and the short clients inside the server
 tests): the constants, each message as bytes (a client's, and a
 server's for the fuzzer's seeds), and a socket's side of the handshake.
 The C side's one codec is src/protocol (proto.h); this is the same

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # pdio's own server built with ThreadSanitizer (server/pdio_tsan: pdio(1),
 # the server and the engine compiled in; halt_on_error, exit 66 on a
-# report, from robust/tsan_options.c) with two workers: shadow_io over 4
+# report, from lib/tsan_options.c) with two workers: shadow_io over 4
 # connections (so both workers serve, and overlapping writes from two
-# workers meet in the range lock), 300 hostile connections handed out by
+# workers meet in the range lock), base:allocation queries, 300 hostile
+# connections handed out by
 # the accept thread, and SIGTERM while writes are in flight.  A report
 # makes the server exit non-zero, which fails the test.
 set -eu
-export PDIO_TEST_FRONTEND=native
+export PDIO_TEST_SERVER=native
 export PDIO_TEST_PDIO=$TESTS_BUILDDIR/server/pdio_tsan
 . "$TESTS_SRCDIR/lib/common.sh"
-require_cmd python3
+require_cmd nbdinfo python3
 make_tmpdir
 pick_seed
-[ -x "$PDIO_TEST_PDIO" ] || hard_error "$PDIO_TEST_PDIO is not built"
-raw=$TESTS_SRCDIR/server/rawclient.py
 
 no_report ()
 {
@@ -24,16 +23,8 @@ no_report ()
     fi
 }
 
-img=$tmp/img
-make_image "$img" $((8 * 1024 * 1024 + 1234)) "$seed"
-shadow_args="-n 2000 -c 4 -q 8"
-shadow_run tsan "$img"
-no_report "$tmp/tsan.log"
-
-start_server "$tmp/tsan2.log" "$PLUGIN" file="$img"
-run_client python3 "$raw" hostile "$sock" 300 "$seed" > /dev/null ||
-    fail "a hostile connection got a wrong reply"
+sanitized_rounds tsan 2000 300 no_report
 sigterm_in_flight "$img"
-no_report "$tmp/tsan2.log"
+no_report "$server_log"
 [ $server_status = 0 ] || fail "pdio_tsan exited $server_status after SIGTERM"
 echo "no ThreadSanitizer report; every server exited 0"

@@ -68,7 +68,7 @@
  *
  * And two test settings, each read from its own variable:
  * PDIO_BOUNCE_CANARY=1 has pdio serve fill free bounce pages with 0xa5
- * (faults/canary.tap and faults/inject.tap with pdio's own server;
+ * (engine/canary.tap and engine/inject.tap with pdio's own server;
  * tests/lib/common.sh runs this program for them); PDIO_SYSFS=DIR has
  * pdio read DIR in place of /sys (cli/cli.tap's fake nbd devices on a
  * host without the driver; cli/lib.sh runs this program for them).

@@ -3,7 +3,7 @@
  * so no other file knows where a field sits), and the rules that decide
  * whether a request is valid; pdio's server, pdio(1)'s client handshake
  * and the C test clients share it.  No I/O and no allocation, so the
- * fuzzer (tests/robust/fuzz_server.c) can drive all of it.
+ * fuzzer (tests/protocol/fuzz_server.c) can drive all of it.
  *
  * One job per file: handshake_wire.c the messages of the handshake phase,
  * transmission_wire.c those of the transmission phase, proto.c the rules.
