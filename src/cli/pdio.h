@@ -280,6 +280,43 @@ extern void stall_read (pid_t server, struct stall_reading *r);
  */
 extern void json_string (FILE *fp, const char *s);
 
+/* --- uri.c: NBD URIs (doc/uri.md of the NBD project) --------------------- */
+#define NBD_URI_DEFAULT_PORT "10809"
+/* The longest URI taken: an export name of the protocol's 4096 bytes,
+ * every byte percent-encoded, and a socket's path.
+ */
+#define NBD_URI_MAX 16384
+struct nbd_uri {
+  bool tls;                     /* nbds://, nbds+unix:// */
+  bool unix_socket;             /* nbd+unix://, nbds+unix:// */
+  char host[256];               /* TCP: a name (lower case), an IPv4
+                                   address, or an IPv6 one without its
+                                   brackets ("fe80::1%eth0"); "" never:
+                                   none given is localhost */
+  char port[6];                 /* TCP: 1..65535, default 10809 */
+  char export_name[4097];       /* decoded; "" the default export */
+  char socket[108];             /* unix: the socket's path, as given */
+  char user[256];               /* before "@", or tls-username=; "" */
+  char tls_certificates[PATH_MAX], tls_psk_file[PATH_MAX];
+  char tls_hostname[256];
+  char tls_type[8];             /* "", "x509", "psk", "anon" */
+  int tls_verify_peer;          /* -1 not given, 0, 1 */
+};
+/* s starts with one of the four schemes: it is meant as a URI (and not
+ * as an image's path), whether or not it parses.
+ */
+extern bool nbd_uri_is (const char *s);
+/* Parses uri into *u; false with why naming what is wrong, and where. */
+extern bool nbd_uri_parse (const char *uri, struct nbd_uri *u, char *why,
+                           size_t len);
+/* One spelling per export: scheme, host (lower case, IPv6 as inet_ntop
+ * writes it), explicit port, export and socket percent-encoded alike, no
+ * TLS parameters.  What identifies a remote export among attachments.
+ * false if it does not fit in buf.
+ */
+extern bool nbd_uri_canonical (const struct nbd_uri *u, char *buf,
+                               size_t len);
+
 /* --- sysfs.c: /dev/nbdN as the kernel sees it ---------------------------- */
 extern bool nbd_driver_present (void);
 /* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
