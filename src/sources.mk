@@ -60,7 +60,8 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_URI_C) \
 	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
 	%reldir%/cli/spawn.c %reldir%/cli/procmem.c %reldir%/cli/util.c \
 	%reldir%/cli/proctask.c %reldir%/cli/systemd.c %reldir%/cli/placement.c \
-	%reldir%/cli/protect.c %reldir%/cli/pressure.c
+	%reldir%/cli/protect.c %reldir%/cli/pressure.c \
+	%reldir%/cli/remote.c %reldir%/cli/link.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h
 
 # Where each part finds the headers of the parts below it.
