@@ -43,13 +43,15 @@ SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 # pdio(1): attach, detach, list, serve, restart, resize, mount.pdio,
 # umount.pdio.  json.c is pure (tests/unit/test_json compiles it alone),
 # and so is watchdog.c (tests/unit/test_watchdog); negotiate.c needs only
-# a socket (tests/unit/test_negotiate); uri.c is pure (tests/cli/uri/
-# test_uri, and its fuzzer).
+# a socket (tests/unit/test_negotiate); uri.c and link_policy.c are pure
+# (tests/remote/test_uri and its fuzzer, tests/remote/test_link).
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
 CLI_NEGOTIATE_C = %reldir%/cli/negotiate.c
 CLI_URI_C = %reldir%/cli/uri.c
+CLI_LINK_POLICY_C = %reldir%/cli/link_policy.c
 CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_URI_C) \
+	$(CLI_LINK_POLICY_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \

@@ -49,13 +49,10 @@
 #include "pdio.h"
 #include "proto.h"
 
-/* The first retry after BACKOFF_FIRST_MS, doubling, never more than
- * BACKOFF_MAX_MS (jitter included).  A connection attempt to a host that
- * does not answer takes up to CONNECT_MS on top: a SYN lost while the
+/* A connection attempt to a host that does not answer takes up to
+ * CONNECT_MS on top of the backoff (link_policy.c): a SYN lost while the
  * link comes back is resent by TCP within that time.
  */
-#define BACKOFF_FIRST_MS 100
-#define BACKOFF_MAX_MS 2000
 #define CONNECT_MS 2000
 
 struct link {
@@ -94,48 +91,6 @@ say (const char *fmt, ...)
   va_end (ap);
   fputc ('\n', stderr);
   fflush (stderr);
-}
-
-long
-link_backoff_ms (unsigned attempt, unsigned jitter)
-{
-  long d = BACKOFF_FIRST_MS;
-
-  for (unsigned i = 0; i < attempt && d < BACKOFF_MAX_MS; i++)
-    d *= 2;
-  /* Up to a quarter more, so that the devices of one server do not all
-   * knock at once when it comes back; the cap stays the cap.
-   */
-  d += jitter % (d / 4 + 1);
-  return d < BACKOFF_MAX_MS ? d : BACKOFF_MAX_MS;
-}
-
-bool
-link_same_export (const struct nbd_offer *was, const struct nbd_offer *now,
-                  uint64_t size, char *why, size_t len)
-{
-  if (now->size != size) {
-    snprintf (why, len, "another export: %llu bytes, the device's has %llu",
-              (unsigned long long) now->size, (unsigned long long) size);
-    return false;
-  }
-  if (now->eflags != was->eflags) {
-    snprintf (why, len, "another export: transmission flags %#x, the "
-              "device's had %#x", now->eflags, was->eflags);
-    return false;
-  }
-  if (was->has_name && now->has_name && strcmp (was->name, now->name)) {
-    snprintf (why, len, "another export: named \"%s\", the device's was "
-              "\"%s\"", now->name, was->name);
-    return false;
-  }
-  if (was->has_description && now->has_description &&
-      strcmp (was->description, now->description)) {
-    snprintf (why, len, "another export: described as \"%s\", the "
-              "device's as \"%s\"", now->description, was->description);
-    return false;
-  }
-  return true;
 }
 
 static void

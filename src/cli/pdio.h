@@ -917,8 +917,8 @@ extern void supervise_link (const struct record *r, const struct nbd_uri *u,
                             int claim, struct nl_sock *ev, int link_fd,
                             const struct protection *p)
   __attribute__ ((noreturn));
-/* The wait before reconnect attempt attempt + 1 (0: after the first
- * failure), in ms: exponential, jitter (any number) adding up to a
+/* link_policy.c: the wait before reconnect attempt attempt + 1 (0: after
+ * the first failure), in ms: exponential, jitter (any number) adding up to a
  * quarter, never above 2 s.  Pure.
  */
 extern long link_backoff_ms (unsigned attempt, unsigned jitter);
