@@ -9,7 +9,8 @@
  * hung up, or the connection failed), when the supervisor's own
  * reference to the device's socket shows an error or a hang-up, or when
  * the watchdog (watchdog.c) finds that the server owes an answer past
- * its deadline -- then the supervisor shuts the socket down itself,
+ * its deadline on the probe connection it took -- then the supervisor
+ * shuts the socket down itself,
  * because the kernel ignores a new socket aimed at a live one
  * (nbd_reconnect_socket) and, with a request timeout of 0, would wait on
  * the old one for ever.
@@ -54,6 +55,8 @@
  * link comes back is resent by TCP within that time.
  */
 #define CONNECT_MS 2000
+/* A probe connection the server did not take is tried again after this. */
+#define PROBE_RETRY_MS 60000
 
 struct link {
   struct record rec;
@@ -65,6 +68,7 @@ struct link {
   int claim;
   struct nl_sock *ev;
   struct watchdog wd;
+  bool probe_refused;           /* said once that the probe cannot connect */
   unsigned seed;
 };
 
@@ -311,8 +315,19 @@ watch (struct link *l)
 
     if (fd >= 0)
       watchdog_attach (&l->wd, fd, l->rec.block_size, now_ms ());
-    else
-      watchdog_unreachable (&l->wd, now);
+    else {
+      /* Not an answer owed: a server may cap its clients (qemu-nbd
+       * serves one by default, and leaves the next in its backlog), and
+       * the device's own link still works.  Only a probe on a connection
+       * it accepted is judged; this one is tried again much later.
+       */
+      if (!l->probe_refused)
+        say ("%s: the watchdog's probe connection failed (%s): the "
+             "server is watched through the device's link only, for now",
+             l->rec.device, why);
+      l->probe_refused = true;
+      l->wd.due = now_ms () + PROBE_RETRY_MS;
+    }
   }
   if (watchdog_run (&l->wd, now_ms (), nbd_in_flight (l->idx)) ==
       WATCHDOG_HUNG) {
