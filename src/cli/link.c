@@ -409,6 +409,7 @@ supervise_link (const struct record *r, const struct nbd_uri *u,
       { .fd = l.fd, .events = POLLRDHUP },
     };
     long wait = watchdog_wait_ms (&l.wd, now_ms ());
+    unsigned outages;
 
     if (poll (pf, 4, wait < 1000 ? wait : 1000) == -1 && errno != EINTR) {
       say ("poll: %m");
@@ -416,6 +417,7 @@ supervise_link (const struct record *r, const struct nbd_uri *u,
     }
     if (pf[0].revents & POLLIN)
       signals (&l);
+    outages = l.rec.outages;
     if (pf[1].revents & POLLIN) {
       int idx;
       bool dead = false;
@@ -426,7 +428,11 @@ supervise_link (const struct record *r, const struct nbd_uri *u,
       if (dead)
         outage (&l, "the kernel reports the connection dead", true);
     }
-    if (l.fd >= 0 && (pf[3].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+    /* Not if the link was replaced meanwhile: what poll saw was the old
+     * socket's.
+     */
+    if (l.fd >= 0 && outages == l.rec.outages &&
+        (pf[3].revents & (POLLRDHUP | POLLHUP | POLLERR))) {
       int err = 0;
       socklen_t elen = sizeof err;
       char cause[160];
