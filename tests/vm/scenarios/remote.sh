@@ -60,13 +60,17 @@ RM_RAW_MIB=8
 rm_dev() { cat "$STATE/rm.dev"; }
 rm_idx() { d=$(rm_dev); echo "${d#/dev/nbd}"; }
 rm_field() { sed -n "s/^$1=//p" "$PDIO_RUN/nbd$(rm_idx).rec"; }
-rm_in() { "$RM_IP" netns exec "$RM_NS" "$@"; }
+# Into srv's network namespace only: ip netns exec would also give the
+# command a mount namespace of its own, holding a copy of every mount of
+# the moment -- the device's file system among them, which the server
+# would then keep busy after its umount here.
+rm_in() { nsenter --net="/run/netns/$RM_NS" "$@"; }
 # rm_in_bg LOG CMD...: CMD in srv in the background, its pid in rm.server
 # (exec: the pid is the server's own, not a subshell's, so that killing it
 # kills the server).
 rm_in_bg() {
     _log=$1; shift
-    ( exec "$RM_IP" netns exec "$RM_NS" "$@" >> "$_log" 2>&1 ) &
+    ( exec nsenter --net="/run/netns/$RM_NS" "$@" >> "$_log" 2>&1 ) &
     echo $! > "$STATE/rm.server"
 }
 
@@ -197,6 +201,7 @@ rm_link_down() {
 }
 
 rm_linking() { [ "$(rm_field link)" = "$1" ]; }
+rm_unlinked() { ! rm_linking connected; }
 
 rm_kill_restart() {
     rm_unserve
@@ -255,7 +260,7 @@ rm_identity() {
 # Detach while the link is down: nothing stays.
 rm_detach_outage() {
     rm_unserve
-    wait_until 30 rm_linking reconnecting || wait_until 30 rm_linking failed
+    wait_until 30 rm_unlinked
     idx=$(rm_idx) sup=$(rm_field supervisor_pid)
     pdio detach "$RM_URI"
     wait_until 10 proc_gone "$sup"
