@@ -92,10 +92,13 @@ remote_status_of (const struct record *r, char *buf, size_t len)
     n = snprintf (buf, len, "failed: %s (since %s)", r->link_why, since);
   else
     n = snprintf (buf, len, "connected");
-  if (n > 0 && (size_t) n < len && r->outages)
-    n += snprintf (buf + n, len - n, ", %u outage%s (last %ld ms)",
-                   r->outages, r->outages == 1 ? "" : "s",
-                   r->last_outage_ms);
+  if (n > 0 && (size_t) n < len && r->outages) {
+    n += snprintf (buf + n, len - n, ", %u outage%s", r->outages,
+                   r->outages == 1 ? "" : "s");
+    if (n > 0 && (size_t) n < len && r->last_outage_ms)
+      n += snprintf (buf + n, len - n, " (last over after %ld ms)",
+                     r->last_outage_ms);
+  }
   if (n > 0 && (size_t) n < len && !supervised)
     snprintf (buf + n, len - n, ", unsupervised");
 }

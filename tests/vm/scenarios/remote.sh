@@ -170,27 +170,31 @@ rm_under_fio() {
     rc_probe
     sleep 3
     cut -d' ' -f1 /proc/uptime >> "$STATE/rc.kills"
-    "$@" || { touch "$STATE/rc.stop"; return 1; }
+    st=0
+    "$@" || st=$?
     sleep 3
     touch "$STATE/rc.stop"
+    # fio ends at the latest once the device fails its requests (past
+    # --dead-timeout, those stuck in flight too).
+    wait_until $((RM_LONG_DEAD + 120)) test -f "$STATE/rc.fioruns"
     wait "$(cat "$STATE/rc.fiopid")" 2>/dev/null || true
     wait "$(cat "$STATE/rc.probepid")" 2>/dev/null || true
-    wait_until 300 test -f "$STATE/rc.fioruns"
     set -- $(rc_fio_figures "$tag")
     errs=$(nbd_io_errors)
     fails=$(cat "$STATE/rc.fiofail" 2>/dev/null | tr '\n' ' ')
     echo "$tag: $(cat "$STATE/rc.fioruns") fio runs, largest completion latency $1 ms, fio errors $2, kernel I/O errors $errs, pause seen by the probe $(rc_pauses) ms${fails:+; failures: $fails}" > "$STATE/rm.figures"
     cat "$STATE/rm.figures"
+    [ "$st" = 0 ] || { echo "$tag: what was done under fio failed (exit $st)"; return 1; }
     [ "$2" = 0 ] && [ "$errs" = 0 ] && [ -z "$fails" ]
 }
 
 rm_cut_link() {
-    "$RM_IP" link set veth-c down
+    "$RM_IP" link set veth-c down || return 1
     sleep 5
-    "$RM_IP" link set veth-c up
+    "$RM_IP" link set veth-c up || return 1
     t=$(cut -d' ' -f1 /proc/uptime)
     # I/O resumes: a direct write through the device's filesystem.
-    dd if=/dev/zero of="$MNT/after-link" bs=4096 count=1 oflag=direct status=none
+    dd if=/dev/zero of="$MNT/after-link" bs=4096 count=1 oflag=direct status=none || return 1
     echo "first write after the link came back took $(echo "$(cut -d' ' -f1 /proc/uptime) $t" | awk '{ printf "%d", ($1 - $2) * 1000 }') ms" > "$STATE/rm.resume"
 }
 
@@ -203,16 +207,18 @@ rm_link_down() {
 rm_linking() { [ "$(rm_field link)" = "$1" ]; }
 rm_unlinked() { ! rm_linking connected; }
 
+# (Run from rm_under_fio's "||": set -e does not hold here, hence the
+# explicit returns.)
 rm_kill_restart() {
     rm_unserve
     t0=$(cut -d' ' -f1 /proc/uptime)
-    wait_until 30 rm_linking reconnecting
+    wait_until 30 rm_linking reconnecting || return 1
     pdio list | tee "$STATE/rm.list.outage"
-    grep -q "^$(rm_dev) .*reconnecting since" "$STATE/rm.list.outage"
+    grep -q "^$(rm_dev) .*reconnecting since" "$STATE/rm.list.outage" || return 1
     sleep "$RM_RESTART_GAP"
-    rm_serve "$RM_IMG"
+    rm_serve "$RM_IMG" || return 1
     t1=$(cut -d' ' -f1 /proc/uptime)
-    wait_until 60 rm_linking connected
+    wait_until 60 rm_linking connected || { echo "no link 60 s after the server listens again: $(rm_field link): $(rm_field link_why)"; return 1; }
     t2=$(cut -d' ' -f1 /proc/uptime)
     echo "server down $(echo "$t1 $t0" | awk '{ printf "%d", ($1 - $2) * 1000 }') ms; listening -> device connected $(echo "$t2 $t1" | awk '{ printf "%d", ($1 - $2) * 1000 }') ms; the supervisor's outage $(rm_field last_outage_ms) ms" > "$STATE/rm.outage"
 }
