@@ -69,7 +69,6 @@ struct link {
   struct nl_sock *ev;
   struct watchdog wd;
   bool probe_refused;           /* said once that the probe cannot connect */
-  bool timeout_raised;          /* fail_stuck set a request timeout */
   unsigned seed;
 };
 
@@ -192,7 +191,6 @@ reconnect_once (struct link *l, char *why, size_t len)
   int fd = nbd_handshake_uri (&l->uri, CONNECT_MS, &now, why, len);
   const struct nbdnl_change c = {
     .backend = l->rec.backend, .fds = &fd, .n = 1, .client_flags = -1,
-    .set_timeout = l->timeout_raised, .timeout = l->rec.timeout,
   };
 
   if (fd == -1)
@@ -210,40 +208,7 @@ reconnect_once (struct link *l, char *why, size_t len)
     return false;
   }
   close (fd);
-  if (l->timeout_raised) {
-    l->timeout_raised = false;
-    /* The kernel set its 30 s timer back with the timeout. */
-    if (l->rec.timeout == 0 && !nbd_set_io_timeout (l->idx, REQUEUE_MS))
-      say ("%s: cannot set queue/io_timeout to %u ms: %m", l->rec.device,
-           REQUEUE_MS);
-  }
   return true;
-}
-
-/* The dead-connection timeout has passed: requests sent later fail at
- * once, but those that were in flight on the dead socket would wait for
- * ever -- with a request timeout of 0 the kernel resends a stuck request
- * only once its socket is replaced, and otherwise just resets its timer.
- * A request timeout of 1 s makes their next expiry drop them into the
- * dead-connection path, which fails them: I/O errors, not tasks hung in
- * D state.  Set back when the link returns.
- */
-static void
-fail_stuck (struct link *l)
-{
-  const struct nbdnl_change c = {
-    .backend = l->rec.backend, .client_flags = -1, .set_timeout = true,
-    .timeout = 1,
-  };
-  char why[256];
-
-  if (l->rec.timeout || test_break ("no-fail-stuck"))
-    return;
-  if (nbdnl_reconfigure (l->idx, &c, why, sizeof why))
-    l->timeout_raised = true;
-  else
-    say ("%s: cannot set a request timeout to fail its stuck requests: %s",
-         l->rec.device, why);
 }
 
 /* Discards LINK_DEAD events already queued: they are about the
@@ -313,10 +278,9 @@ outage (struct link *l, const char *cause, bool kernel_knows)
       say ("reconnect attempt %u: %s", attempt, why);
     if (now_ms () >= failed_at && strcmp (l->rec.link, "failed") != 0) {
       say ("%s: no link for %u s (the dead-connection timeout): the kernel "
-           "fails its requests now, those in flight too; still trying",
+           "fails its new requests now; still trying",
            l->rec.device, l->rec.dead_timeout);
       set_link (l, "failed", why);
-      fail_stuck (l);
     }
     else if (strcmp (l->rec.link_why, why) != 0 &&
              strcmp (l->rec.link, "failed") != 0) {

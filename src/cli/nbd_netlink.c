@@ -219,9 +219,7 @@ nbdnl_reconfigure (int index, const struct nbdnl_change *c, char *why,
                   nla_put_u64 (m, NBD_ATTR_CLIENT_FLAGS,
                                c->client_flags) >= 0) &&
                  (c->size == 0 ||
-                  nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, c->size) >= 0) &&
-                 (!c->set_timeout ||
-                  nla_put_u64 (m, NBD_ATTR_TIMEOUT, c->timeout) >= 0),
+                  nla_put_u64 (m, NBD_ATTR_SIZE_BYTES, c->size) >= 0),
                  what, NULL, NULL, why, len);
 }
 

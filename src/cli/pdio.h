@@ -556,12 +556,6 @@ struct nbdnl_change {
    */
   int64_t client_flags;
   uint64_t size;                /* NBD_ATTR_SIZE_BYTES; 0 leaves it */
-  /* NBD_ATTR_TIMEOUT (seconds), if set_timeout: the request timeout of
-   * the requests that start from now on, and of the stuck ones at their
-   * next expiry; it also resets queue/io_timeout (to 30 s for 0).
-   */
-  bool set_timeout;
-  unsigned timeout;
 };
 extern bool nbdnl_reconfigure (int index, const struct nbdnl_change *c,
                                char *why, size_t len);

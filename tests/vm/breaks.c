@@ -50,8 +50,6 @@
  *                         but never reconnects
  *   no-export-check       a remote device's supervisor hands the device
  *                         whatever export the URI reaches now
- *   no-fail-stuck         past the dead-connection timeout, a remote
- *                         device's requests stuck in flight stay stuck
  *   link-dead-at-attach   attach shuts the device's first connection down
  *                         right before it becomes the supervisor: a
  *                         LINK_DEAD the kernel sends while attach works
