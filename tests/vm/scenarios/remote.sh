@@ -170,8 +170,9 @@ rm_under_fio() {
     rc_probe
     sleep 3
     cut -d' ' -f1 /proc/uptime >> "$STATE/rc.kills"
-    st=0
-    "$@" || st=$?
+    # (Not $st: proc_gone, which the body may run, sets that.)
+    rm_st=0
+    "$@" || rm_st=$?
     sleep 3
     touch "$STATE/rc.stop"
     # fio ends at the latest once the device fails its requests (past
@@ -184,7 +185,7 @@ rm_under_fio() {
     fails=$(cat "$STATE/rc.fiofail" 2>/dev/null | tr '\n' ' ')
     echo "$tag: $(cat "$STATE/rc.fioruns") fio runs, largest completion latency $1 ms, fio errors $2, kernel I/O errors $errs, pause seen by the probe $(rc_pauses) ms${fails:+; failures: $fails}" > "$STATE/rm.figures"
     cat "$STATE/rm.figures"
-    [ "$st" = 0 ] || { echo "$tag: what was done under fio failed (exit $st)"; return 1; }
+    [ "$rm_st" = 0 ] || { echo "$tag: what was done under fio failed (exit $rm_st)"; return 1; }
     [ "$2" = 0 ] && [ "$errs" = 0 ] && [ -z "$fails" ]
 }
 
