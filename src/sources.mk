@@ -51,12 +51,16 @@ SERVER_SRCS = $(SERVER_C) $(SERVER_H)
 # umount.pdio.  json.c is pure (tests/cli/test_json compiles it alone),
 # and so is watchdog.c (tests/cli/test_watchdog); negotiate.c needs only
 # a socket (tests/cli/test_negotiate); wait.c needs only spawn.c and
-# util.c (tests/cli/test_wait).
+# util.c (tests/cli/test_wait); uri.c and link_policy.c are pure
+# (tests/cli/test_uri and its fuzzer, tests/cli/test_link).
 CLI_WAIT_C = %reldir%/cli/wait.c %reldir%/cli/spawn.c %reldir%/cli/util.c
 CLI_JSON_C = %reldir%/cli/json.c
 CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
 CLI_NEGOTIATE_C = %reldir%/cli/negotiate.c
+CLI_URI_C = %reldir%/cli/uri.c
+CLI_LINK_POLICY_C = %reldir%/cli/link_policy.c
 CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_WAIT_C) \
+	$(CLI_URI_C) $(CLI_LINK_POLICY_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \
@@ -66,5 +70,6 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_WAIT_C) \
 	%reldir%/cli/nbd_netlink.c %reldir%/cli/sysfs.c %reldir%/cli/state.c \
 	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
 	%reldir%/cli/procmem.c %reldir%/cli/proctask.c %reldir%/cli/systemd.c \
-	%reldir%/cli/placement.c %reldir%/cli/protect.c %reldir%/cli/pressure.c
+	%reldir%/cli/placement.c %reldir%/cli/protect.c %reldir%/cli/pressure.c \
+	%reldir%/cli/remote.c %reldir%/cli/link.c
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h

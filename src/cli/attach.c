@@ -52,6 +52,7 @@ struct attach_opts {
   bool nbdkit;                  /* nbdkit + pdio.so instead of pdio serve */
   const char *slice;            /* the supervisor's and server's slice */
   bool swap;                    /* memory locked and never given back */
+  bool shared;                  /* a remote export: others may attach it */
 };
 
 /* What has been done so far, for undo(). */
@@ -72,11 +73,16 @@ usage (FILE *fp)
 {
   fprintf (fp,
 "Usage: pdio attach [OPTIONS] IMAGE\n"
+"       pdio attach [OPTIONS] nbd://HOST[:PORT]/EXPORT\n"
+"       pdio attach [OPTIONS] nbd+unix:///EXPORT?socket=PATH\n"
 "Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
 "it to a /dev/nbdN the kernel picks, or makes past nbds_max (or --device);\n"
 "prints the device.  One attachment per image, whatever its path.  A\n"
 "supervisor stays behind and restarts the server if it dies.  Both run\n"
 "with PR_SET_IO_FLUSHER and oom_score_adj -1000, in a cgroup of their own.\n"
+"A URI attaches a remote export: no server is started, the supervisor\n"
+"reconnects when the link dies (bounded by --dead-timeout), and the block\n"
+"size is the export's preferred one (else 512).\n"
 "\n"
 "  -r, --read-only        attach read-only (the image gets a shared lock)\n"
 "  -C, --connections N    multi-conn connections, 1..%d (default %d, at most\n"
@@ -94,6 +100,8 @@ usage (FILE *fp)
 "      --dead-timeout S   how long the device waits for a new server before\n"
 "                         failing requests (default %d)\n"
 "      --autoclear        detach when the last user closes the device\n"
+"      --shared           a URI: allow other attachments of the export from\n"
+"                         this host (the server must advertise multi-conn)\n"
 "  -d, --device DEV       attach /dev/nbdN (made if the driver has fewer;\n"
 "                         default: the kernel picks a free one, or makes\n"
 "                         one)\n"
@@ -127,6 +135,7 @@ parse (int argc, char **argv, struct attach_opts *o)
     { "autoclear", no_argument, NULL, 'A' },
     { "slice", required_argument, NULL, 'S' },
     { "swap", no_argument, NULL, 'W' },
+    { "shared", no_argument, NULL, 'H' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -187,6 +196,7 @@ parse (int argc, char **argv, struct attach_opts *o)
       o->slice = optarg;
       break;
     case 'W': o->swap = true; break;
+    case 'H': o->shared = true; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -669,6 +679,52 @@ attach_forked (const struct attach_opts *o, struct attach *a)
   return WIFEXITED (status) ? WEXITSTATUS (status) : EXIT_FAILED;
 }
 
+/* A URI: what of the options applies to a remote export. */
+static int
+attach_uri (const struct attach_opts *o)
+{
+  const struct remote_opts ro = {
+    .uri = o->image, .readonly = o->readonly, .block_size = o->block_size,
+    .timeout = o->timeout == TIMEOUT_UNSET ? DEFAULT_TIMEOUT : o->timeout,
+    .dead_timeout = o->dead_timeout, .autoclear = o->autoclear,
+    .device = o->device, .shared = o->shared, .slice = o->slice,
+    .swap = o->swap,
+  };
+
+  if (o->nbdkit || o->plugin) {
+    errorf (CMD ": %s: --nbdkit and --plugin start a server of a local "
+            "image; a URI names a server already running", o->image);
+    return EXIT_USAGE;
+  }
+  if (o->connections > 1) {
+    errorf (CMD ": %s: one connection per remote device (-C %lu)", o->image,
+            o->connections);
+    return EXIT_USAGE;
+  }
+  {
+    struct nbd_uri u;
+    char why[512];
+
+    /* A URI that cannot be used is a usage error, wherever it is given. */
+    if (!nbd_uri_parse (o->image, &u, why, sizeof why)) {
+      errorf (CMD ": %s: %s", o->image, why);
+      return EXIT_USAGE;
+    }
+    if (u.tls) {
+      errorf (CMD ": %s: TLS (nbds://) is not supported by pdio attach "
+              "yet; a plain nbd:// or nbd+unix:// URI is", o->image);
+      return EXIT_USAGE;
+    }
+  }
+  if (!need_root (CMD))
+    return EXIT_NOT_ROOT;
+  if (!nbd_driver_present ()) {
+    no_driver_message ();
+    return EXIT_NO_DRIVER;
+  }
+  return remote_attach (&ro);
+}
+
 int
 cmd_attach (int argc, char **argv)
 {
@@ -680,6 +736,20 @@ cmd_attach (int argc, char **argv)
   r = parse (argc, argv, &o);
   if (r != EXIT_OK)
     return r;
+  if (o.shared && !nbd_uri_is (o.image)) {
+    errorf (CMD ": --shared is for a remote export (a URI); an image is "
+            "attached once");
+    return EXIT_USAGE;
+  }
+  if (nbd_uri_is (o.image)) {
+    /* As below: the supervisor takes them from a signalfd. */
+    sigemptyset (&stop);
+    sigaddset (&stop, SIGINT);
+    sigaddset (&stop, SIGTERM);
+    sigaddset (&stop, SIGHUP);
+    sigprocmask (SIG_BLOCK, &stop, NULL);
+    return attach_uri (&o);
+  }
   if (!need_root (CMD))
     return EXIT_NOT_ROOT;
   if (!check_image (o.image, a.image, a.rec.name, sizeof a.rec.name) ||

@@ -113,6 +113,20 @@ attachments_match (const char *what, const struct record *recs, size_t n)
   char real[PATH_MAX] = "", name[64] = "";
   int idx = nbd_index (what);
 
+  /* A remote export by any spelling of its URI (the first of several
+   * --shared ones: name their devices to choose).
+   */
+  if (idx < 0 && nbd_uri_is (what)) {
+    struct nbd_uri u;
+    char why[256];
+
+    if (nbd_uri_parse (what, &u, why, sizeof why) &&
+        nbd_uri_canonical (&u, real, sizeof real))
+      for (size_t i = 0; i < n; i++)
+        if (recs[i].remote && strcmp (recs[i].image, real) == 0)
+          return &recs[i];
+    return NULL;
+  }
   /* An image by any of its paths (its identity), or by the path
    * attached if it is gone.
    */
@@ -148,6 +162,10 @@ record_find (const char *cmd, const char *what, struct record *out)
     errorf ("%s: %s: connected by an attach that was interrupted before it "
             "recorded it; pdio detach %s, then attach again", cmd, r->device,
             r->device);
+  else if (r->remote)
+    /* restart and resize act on pdio's own server of an image. */
+    errorf ("%s: %s: a remote export (%s), whose server is not pdio's to "
+            "restart or resize", cmd, r->device, r->image);
   else {
     *out = *r;
     ok = true;

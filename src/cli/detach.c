@@ -40,7 +40,7 @@ static void
 usage (FILE *fp)
 {
   fprintf (fp,
-"Usage: pdio detach [--force] DEVICE|IMAGE\n"
+"Usage: pdio detach [--force] DEVICE|IMAGE|URI\n"
 "       pdio detach [--force] --all\n"
 "Disconnect the device, stop its server and remove its socket.\n"
 "\n"

@@ -106,15 +106,25 @@ sized (int idx, void *arg)
 bool
 device_connect (struct record *r, char *why, size_t len)
 {
-  int idx = r->device[0] ? nbd_index (r->device) : -1, fds[MAX_CONNECTIONS];
+  int fds[MAX_CONNECTIONS];
   struct nbd_offer e;
-  struct nbdnl_device d;
 
   if (!nbd_handshake_n (r->socket, r->connections, fds, &e, why, len))
     return false;
+  return device_connect_fds (r, fds, e.eflags, why, len);
+}
+
+bool
+device_connect_fds (struct record *r, int *fds, uint16_t eflags, char *why,
+                    size_t len)
+{
+  int idx = r->device[0] ? nbd_index (r->device) : -1;
+  struct nbd_offer e = { .eflags = eflags };
+  struct nbdnl_device d;
+
   if (r->connections > 1 && !(e.eflags & NBD_FLAG_CAN_MULTI_CONN)) {
     snprintf (why, len, "%s: the server does not advertise multi-conn",
-              r->socket);
+              r->remote ? r->image : r->socket);
     idx = -1;
   }
   else {

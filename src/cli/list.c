@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pdio.h"
@@ -65,12 +66,51 @@ usage (FILE *fp)
 "  -n, --noheadings       no header line\n");
 }
 
+/* A remote device's: its link ("connected", "reconnecting since 12:03:04
+ * (8 s): why", "failed: why") and its outages, or "disconnected".
+ */
+static void
+remote_status_of (const struct record *r, char *buf, size_t len)
+{
+  bool supervised = pid_is_supervisor (r->supervisor_pid);
+  char since[32] = "?";
+  time_t t = r->link_since;
+  struct tm tm;
+  int n;
+
+  if (!device_is_ours (r)) {
+    snprintf (buf, len, "disconnected");
+    return;
+  }
+  if (localtime_r (&t, &tm))
+    strftime (since, sizeof since, "%F %T", &tm);
+  if (strcmp (r->link, "reconnecting") == 0)
+    n = snprintf (buf, len, "reconnecting since %s (%lld s)%s%s", since,
+                  (long long) (time (NULL) - t), r->link_why[0] ? ": " : "",
+                  r->link_why);
+  else if (strcmp (r->link, "failed") == 0)
+    n = snprintf (buf, len, "failed: %s (since %s)", r->link_why, since);
+  else
+    n = snprintf (buf, len, "connected");
+  if (n > 0 && (size_t) n < len && r->outages) {
+    n += snprintf (buf + n, len - n, ", %u outage%s", r->outages,
+                   r->outages == 1 ? "" : "s");
+    if (n > 0 && (size_t) n < len && r->last_outage_ms)
+      n += snprintf (buf + n, len - n, " (last over after %ld ms)",
+                     r->last_outage_ms);
+  }
+  if (n > 0 && (size_t) n < len && !supervised)
+    snprintf (buf + n, len - n, ", unsupervised");
+}
+
 static void
 status_of (const struct record *r, char *buf, size_t len)
 {
   bool supervised = pid_is_supervisor (r->supervisor_pid);
 
-  if (r->orphan)
+  if (r->remote)
+    remote_status_of (r, buf, len);
+  else if (r->orphan)
     snprintf (buf, len, "no record: attach was interrupted; pdio detach %s",
               r->device);
   else if (r->gave_up)
@@ -213,6 +253,21 @@ print_json (const struct row *rows, size_t n)
       printf ("null");
     printf (",\n         \"socket\": ");
     json_string (stdout, r->socket);
+    printf (",\n         \"remote\": %s", r->remote ? "true" : "false");
+    if (r->remote) {
+      printf (",\n         \"shared\": %s,\n         \"link\": ",
+              r->shared ? "true" : "false");
+      json_string (stdout, r->link);
+      printf (",\n         \"link-since\": %lld,\n         \"link-why\": ",
+              r->link_since);
+      if (r->link_why[0])
+        json_string (stdout, r->link_why);
+      else
+        printf ("null");
+      printf (",\n         \"outages\": %u,\n"
+              "         \"last-outage-ms\": %ld", r->outages,
+              r->last_outage_ms);
+    }
     printf (",\n         \"status\": ");
     json_string (stdout, rows[i].status);
     printf ("\n      }");
@@ -266,7 +321,8 @@ cmd_list (int argc, char **argv)
     rows[i].r = &recs[i];
     status_of (&recs[i], rows[i].status, sizeof rows[i].status);
     protection_of (&recs[i], &rows[i]);
-    rows[i].cached = image_cached_bytes (recs[i].image);
+    rows[i].cached = recs[i].remote ? -1
+                                    : image_cached_bytes (recs[i].image);
   }
   if (json)
     print_json (rows, n);

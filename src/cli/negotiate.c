@@ -16,6 +16,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -143,17 +147,18 @@ option_name (uint32_t opt)
 }
 
 /* Reads the replies to NBD_OPT_GO or NBD_OPT_INFO until NBD_REP_ACK,
- * filling o.
+ * filling o; a reply longer than max is refused (a name or description
+ * takes up to 4 KiB; block sizes 14 bytes).
  */
 static bool
-read_info_replies (int fd, uint32_t want, struct nbd_offer *o, char *why,
-                   size_t len)
+read_info_replies (int fd, uint32_t want, size_t max, struct nbd_offer *o,
+                   char *why, size_t len)
 {
   const char *name = option_name (want);
   bool have_export = false;
 
   for (;;) {
-    uint8_t r[NBD_OPTION_REPLY_LEN], data[1024];
+    uint8_t r[NBD_OPTION_REPLY_LEN], data[4 + 4096 + 64];
     uint32_t opt, type, n;
     struct nbd_info info;
 
@@ -165,7 +170,7 @@ read_info_replies (int fd, uint32_t want, struct nbd_offer *o, char *why,
       snprintf (why, len, "bad reply to %s: not an option reply", name);
       return false;
     }
-    if (opt != want || n > sizeof data) {
+    if (opt != want || n > max || n > sizeof data) {
       snprintf (why, len, "bad reply to %s (option %u, length %u)", name,
                 opt, n);
       return false;
@@ -202,24 +207,49 @@ read_info_replies (int fd, uint32_t want, struct nbd_offer *o, char *why,
       o->block_preferred = info.block_preferred;
       o->block_max = info.block_max;
       break;
+    case NBD_INFO_NAME:
+    case NBD_INFO_DESCRIPTION: {
+      char *to = info.type == NBD_INFO_NAME ? o->name : o->description;
+      size_t cut = info.string_len < NBD_OFFER_STRING - 1
+        ? info.string_len : NBD_OFFER_STRING - 1;
+
+      memcpy (to, info.string, cut);
+      to[cut] = '\0';
+      if (info.type == NBD_INFO_NAME)
+        o->has_name = true;
+      else
+        o->has_description = true;
+      break;
+    }
     }
   }
 }
 
-/* The greeting, then opt (NBD_OPT_GO or NBD_OPT_INFO) for the default
- * export with its replies; where names the server in messages.
+/* The greeting, then opt (NBD_OPT_GO or NBD_OPT_INFO) for the export
+ * named export (NULL: the default one, asking for the block sizes only;
+ * else its name and description too, which identify a remote export),
+ * with its replies; where names the server in messages.
  */
 static bool
-negotiate (int fd, const char *where, uint32_t opt, struct nbd_offer *o,
-           char *why, size_t len)
+negotiate (int fd, const char *where, uint32_t opt, const char *export,
+           struct nbd_offer *o, char *why, size_t len)
 {
-  static const uint16_t want[] = { NBD_INFO_BLOCK_SIZE };
+  static const uint16_t want[] = {
+    NBD_INFO_BLOCK_SIZE, NBD_INFO_NAME, NBD_INFO_DESCRIPTION,
+  };
+  uint16_t nwant = export ? 3 : 1;
+  size_t elen = export ? strlen (export) : 0;
   uint8_t hello[NBD_GREETING_LEN], cflags[NBD_CLIENT_FLAGS_LEN];
-  uint8_t info[NBD_INFO_REQUEST_LEN (0, 1)];    /* "", the block sizes */
+  uint8_t info[NBD_INFO_REQUEST_LEN (4096, 3)];
   uint16_t sflags;
+  size_t n;
   char reason[256];
 
   *o = (struct nbd_offer) { .size = 0 };
+  if (elen > 4096) {
+    snprintf (why, len, "%s: an export name of more than 4096 bytes", where);
+    return false;
+  }
   if (!xread (fd, hello, sizeof hello)) {
     snprintf (why, len, "%s: reading the server's greeting: %m", where);
     return false;
@@ -231,13 +261,14 @@ negotiate (int fd, const char *where, uint32_t opt, struct nbd_offer *o,
   }
   nbd_client_flags (cflags, NBD_FLAG_C_FIXED_NEWSTYLE |
                     (sflags & NBD_FLAG_NO_ZEROES ? NBD_FLAG_C_NO_ZEROES : 0));
-  nbd_info_request (info, "", 0, want, 1);
+  n = nbd_info_request (info, export ? export : "", elen, want, nwant);
   if (!xwrite (fd, cflags, sizeof cflags) ||
-      !send_option (fd, opt, info, sizeof info)) {
+      !send_option (fd, opt, info, n)) {
     snprintf (why, len, "%s: sending %s: %m", where, option_name (opt));
     return false;
   }
-  if (!read_info_replies (fd, opt, o, reason, sizeof reason)) {
+  if (!read_info_replies (fd, opt, export ? 4 + 4096 + 64 : 1024, o, reason,
+                          sizeof reason)) {
     snprintf (why, len, "%s: %s", where, reason);
     return false;
   }
@@ -253,7 +284,7 @@ nbd_handshake (const char *socket, struct nbd_offer *o, char *why,
   if (fd == -1)
     return -1;
   set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
-  if (!negotiate (fd, socket, NBD_OPT_GO, o, why, len)) {
+  if (!negotiate (fd, socket, NBD_OPT_GO, NULL, o, why, len)) {
     close (fd);
     return -1;
   }
@@ -278,7 +309,7 @@ nbd_query (const char *socket, const char *port, struct nbd_offer *o,
   else
     snprintf (where, sizeof where, "localhost:%s", port);
   set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
-  ok = negotiate (fd, where, NBD_OPT_INFO, o, why, len);
+  ok = negotiate (fd, where, NBD_OPT_INFO, NULL, o, why, len);
   if (ok) {
     uint8_t ack[NBD_OPTION_REPLY_LEN];
 
@@ -314,4 +345,95 @@ nbd_handshake_n (const char *socket, unsigned n, int *fds,
     }
   }
   return true;
+}
+
+/* host:port within ms: every address the name has, in getaddrinfo's
+ * order, each given what is left of the time.  A peer that is down (the
+ * link cut, no RST) must not hold the supervisor longer than that.
+ */
+static int
+connect_host (const char *host, const char *port, unsigned ms, char *why,
+              size_t len)
+{
+  const struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+  struct addrinfo *ai, *a;
+  int fd = -1, r;
+
+  r = getaddrinfo (host, port, &hints, &ai);
+  if (r != 0) {
+    snprintf (why, len, "%s:%s: %s", host, port, gai_strerror (r));
+    return -1;
+  }
+  for (a = ai; a && fd == -1; a = a->ai_next) {
+    struct pollfd p;
+    int err = 0;
+    socklen_t elen = sizeof err;
+
+    fd = socket (a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                 a->ai_protocol);
+    if (fd == -1) {
+      snprintf (why, len, "socket: %m");
+      continue;
+    }
+    if (connect (fd, a->ai_addr, a->ai_addrlen) == -1) {
+      if (errno != EINPROGRESS)
+        err = errno;
+      else {
+        p = (struct pollfd) { .fd = fd, .events = POLLOUT };
+        r = poll (&p, 1, ms);
+        if (r == 0)
+          err = ETIMEDOUT;
+        else if (r == -1)
+          err = errno;
+        else
+          getsockopt (fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+      }
+    }
+    if (err) {
+      snprintf (why, len, "connect %s:%s: %s", host, port, strerror (err));
+      close (fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo (ai);
+  if (fd >= 0) {
+    int one = 1;
+
+    fcntl (fd, F_SETFL, fcntl (fd, F_GETFL) & ~O_NONBLOCK);
+    /* As nbd-client: requests go out at once, and the kernel's keepalive
+     * notices a peer that vanished while the device is idle.
+     */
+    setsockopt (fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt (fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  }
+  return fd;
+}
+
+int
+nbd_handshake_uri (const struct nbd_uri *u, unsigned connect_ms,
+                   struct nbd_offer *o, char *why, size_t len)
+{
+  char where[sizeof u->host + 16];
+  int fd;
+
+  if (u->unix_socket) {
+    fd = connect_unix (u->socket, why, len);
+    snprintf (where, sizeof where, "%.*s", (int) sizeof where - 1,
+              u->socket);
+  }
+  else {
+    fd = connect_host (u->host, u->port, connect_ms, why, len);
+    snprintf (where, sizeof where, strchr (u->host, ':') ? "[%s]:%s"
+                                                         : "%s:%s",
+              u->host, u->port);
+  }
+  if (fd == -1)
+    return -1;
+  set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
+  if (!negotiate (fd, where, NBD_OPT_GO, u->export_name, o, why, len)) {
+    close (fd);
+    return -1;
+  }
+  set_timeouts (fd, 0);
+  return fd;
 }

@@ -129,6 +129,10 @@ extern bool need_root (const char *cmd);
  * for an event is wait.c's.
  */
 extern void msleep (unsigned ms);
+/* poll itself failed (no memory for its table): a supervisor's loop
+ * tries again after this; there is no event to wait on.
+ */
+#define POLL_RETRY_MS 1000
 /* The first line of a small file (a sysfs or /proc one), without its
  * newline; false if it cannot be read or is empty of lines.
  */
@@ -315,6 +319,43 @@ extern void stall_read (pid_t server, struct stall_reading *r);
  */
 extern void json_string (FILE *fp, const char *s);
 
+/* --- uri.c: NBD URIs (doc/uri.md of the NBD project) --------------------- */
+#define NBD_URI_DEFAULT_PORT "10809"
+/* The longest URI taken: an export name of the protocol's 4096 bytes,
+ * every byte percent-encoded, and a socket's path.
+ */
+#define NBD_URI_MAX 16384
+struct nbd_uri {
+  bool tls;                     /* nbds://, nbds+unix:// */
+  bool unix_socket;             /* nbd+unix://, nbds+unix:// */
+  char host[256];               /* TCP: a name (lower case), an IPv4
+                                   address, or an IPv6 one without its
+                                   brackets ("fe80::1%eth0"); "" never:
+                                   none given is localhost */
+  char port[6];                 /* TCP: 1..65535, default 10809 */
+  char export_name[4097];       /* decoded; "" the default export */
+  char socket[108];             /* unix: the socket's path, as given */
+  char user[256];               /* before "@", or tls-username=; "" */
+  char tls_certificates[PATH_MAX], tls_psk_file[PATH_MAX];
+  char tls_hostname[256];
+  char tls_type[8];             /* "", "x509", "psk", "anon" */
+  int tls_verify_peer;          /* -1 not given, 0, 1 */
+};
+/* s starts with one of the four schemes: it is meant as a URI (and not
+ * as an image's path), whether or not it parses.
+ */
+extern bool nbd_uri_is (const char *s);
+/* Parses uri into *u; false with why naming what is wrong, and where. */
+extern bool nbd_uri_parse (const char *uri, struct nbd_uri *u, char *why,
+                           size_t len);
+/* One spelling per export: scheme, host (lower case, IPv6 as inet_ntop
+ * writes it), explicit port, export and socket percent-encoded alike, no
+ * TLS parameters.  What identifies a remote export among attachments.
+ * false if it does not fit in buf.
+ */
+extern bool nbd_uri_canonical (const struct nbd_uri *u, char *buf,
+                               size_t len);
+
 /* --- sysfs.c: /dev/nbdN as the kernel sees it ---------------------------- */
 extern bool nbd_driver_present (void);
 /* "/dev/nbd3" or "nbd3" -> 3; -1 if it does not name an nbd device. */
@@ -396,6 +437,21 @@ struct record {
    */
   char slice[72];
   char cgroup[PATH_MAX];
+  /* A remote export (pdio attach nbd://...; remote.c, link.c): image is
+   * its canonical URI (nbd_uri_canonical), and there is no server of
+   * ours (socket "", server_pid 0).  shared: attached with --shared
+   * (the export advertises multi-conn; other attachments of it may be).
+   * The link's state: "connected", "reconnecting" or "failed", since
+   * link_since (seconds since the epoch), link_why what went wrong;
+   * outages counts the link's deaths, last_outage_ms the last one's
+   * length (from the death to the device's new connection).
+   */
+  bool remote, shared;
+  char link[16];
+  long long link_since;
+  char link_why[256];
+  unsigned outages;
+  long last_outage_ms;
   /* Not read from the run directory: an orphan (attachments.c). */
   bool orphan;
 };
@@ -470,11 +526,18 @@ extern void claim_note (int fd, const char *doing, const char *device);
 extern void claim_drop (int fd, const char *name);
 
 /* --- negotiate.c: the client side of the NBD handshake ------------------- */
+#define NBD_OFFER_STRING 256
 /* What a server's replies to NBD_OPT_GO offered. */
 struct nbd_offer {
   uint64_t size;
   uint16_t eflags;              /* transmission flags (NBD_FLAG_*) */
   uint32_t block_min, block_preferred, block_max;   /* 0: not advertised */
+  /* NBD_INFO_NAME and NBD_INFO_DESCRIPTION, asked of remote exports only
+   * (cut to NBD_OFFER_STRING - 1 bytes): part of what makes it the same
+   * export after a reconnect.
+   */
+  bool has_name, has_description;
+  char name[NBD_OFFER_STRING], description[NBD_OFFER_STRING];
 };
 /* Connects to the unix socket and negotiates (fixed newstyle, NBD_OPT_GO
  * for the default export, asking for block sizes): the returned fd is in
@@ -487,6 +550,13 @@ extern int nbd_handshake (const char *socket, struct nbd_offer *o,
  */
 extern bool nbd_handshake_n (const char *socket, unsigned n, int *fds,
                              struct nbd_offer *o, char *why, size_t len);
+/* Connects to the export u names -- TCP (each connect given connect_ms)
+ * or a unix socket -- and negotiates NBD_OPT_GO for it, asking for its
+ * block sizes, name and description: a socket in the transmission phase,
+ * or -1 with why set.  TLS is not spoken here.
+ */
+extern int nbd_handshake_uri (const struct nbd_uri *u, unsigned connect_ms,
+                              struct nbd_offer *o, char *why, size_t len);
 /* What the server on the unix socket, or on localhost:port if socket is
  * NULL, offers (NBD_OPT_INFO), leaving no connection behind.  false with
  * why set.
@@ -549,6 +619,12 @@ extern int nbdnl_events_read (struct nl_sock *s);
  * for it to come up.
  */
 extern bool device_connect (struct record *r, char *why, size_t len);
+/* The same with connections already negotiated (a remote export's):
+ * fds[0..r->connections) with the export's transmission flags; they are
+ * closed either way (the kernel holds its own references).
+ */
+extern bool device_connect_fds (struct record *r, int *fds, uint16_t eflags,
+                                char *why, size_t len);
 /* Fresh connections for a live device (after a restart, or a dead link);
  * the server must serve at least the device's size.
  */
@@ -709,8 +785,8 @@ extern const struct record *attachments_match (const char *what,
                                                const struct record *recs,
                                                size_t n);
 /* The recorded attachment a DEVICE or IMAGE argument of cmd names; false,
- * with a message, if there is none or if it is an orphan (which only
- * detach handles).
+ * with a message, if there is none, if it is an orphan (which only
+ * detach handles) or a remote export (no server of pdio's).
  */
 extern bool record_find (const char *cmd, const char *what,
                          struct record *out);
@@ -863,6 +939,45 @@ extern void supervise (const struct record *r, const struct server_opts *so,
 extern bool pid_is_supervisor (pid_t pid);
 /* "killed by SIGKILL", "exited with status 1"... */
 extern void describe_status (int status, char *buf, size_t len);
+
+/* --- remote.c: pdio attach nbd://... ------------------------------------ */
+struct remote_opts {
+  const char *uri;              /* as given */
+  bool readonly;
+  unsigned long block_size;     /* 0: the export's preferred, or 512 */
+  unsigned timeout, dead_timeout;
+  bool autoclear;
+  const char *device;           /* --device, or NULL */
+  bool shared;                  /* --shared */
+  const char *slice;
+  bool swap;
+};
+/* Attaches the export the URI names; prints the device.  An exit code. */
+extern int remote_attach (const struct remote_opts *o);
+
+/* --- link.c: the supervisor of a remote device --------------------------- */
+/* Runs in attach's child once the device is connected with r's record:
+ * writes a byte on notify_fd, then keeps the link to the export u names,
+ * which was first as offered; link_fd is a reference of its own to the
+ * socket the device has.  Never returns.
+ */
+extern void supervise_link (const struct record *r, const struct nbd_uri *u,
+                            const struct nbd_offer *first, int notify_fd,
+                            int claim, struct nl_sock *ev, int link_fd,
+                            const struct protection *p)
+  __attribute__ ((noreturn));
+/* link_policy.c: the wait before reconnect attempt attempt + 1 (0: after
+ * the first failure), in ms: exponential, jitter (any number) adding up to a
+ * quarter, never above 2 s.  Pure.
+ */
+extern long link_backoff_ms (unsigned attempt, unsigned jitter);
+/* A new connection reached the export the device had: the same size and
+ * transmission flags, the same name and description where both offers
+ * have them.  false with why.  Pure.
+ */
+extern bool link_same_export (const struct nbd_offer *was,
+                              const struct nbd_offer *now, uint64_t size,
+                              char *why, size_t len);
 
 /* --- restart.c ------------------------------------------------------------ */
 /* What pdio restart does, for pdio resize too: the supervisor replaces the

@@ -110,6 +110,11 @@ record_write (const struct record *r)
            r->on_demand);
   fprintf (fp, "swap=%d\nslice=%s\ncgroup=%s\n", r->swap, r->slice,
            r->cgroup);
+  if (r->remote)
+    fprintf (fp, "remote=1\nshared=%d\nlink=%s\nlink_since=%lld\n"
+             "link_why=%s\noutages=%u\nlast_outage_ms=%ld\n", r->shared,
+             r->link, r->link_since, r->link_why, r->outages,
+             r->last_outage_ms);
   if (fclose (fp) == EOF || rename (tmp, path) == -1) {
     unlink (tmp);
     return -1;
@@ -170,6 +175,20 @@ set_field (struct record *r, const char *key, const char *value)
     snprintf (r->slice, sizeof r->slice, "%s", value);
   else if (strcmp (key, "cgroup") == 0)
     snprintf (r->cgroup, sizeof r->cgroup, "%s", value);
+  else if (strcmp (key, "remote") == 0)
+    r->remote = atoi (value) != 0;
+  else if (strcmp (key, "shared") == 0)
+    r->shared = atoi (value) != 0;
+  else if (strcmp (key, "link") == 0)
+    snprintf (r->link, sizeof r->link, "%s", value);
+  else if (strcmp (key, "link_since") == 0)
+    r->link_since = strtoll (value, NULL, 10);
+  else if (strcmp (key, "link_why") == 0)
+    snprintf (r->link_why, sizeof r->link_why, "%s", value);
+  else if (strcmp (key, "outages") == 0)
+    r->outages = strtoul (value, NULL, 10);
+  else if (strcmp (key, "last_outage_ms") == 0)
+    r->last_outage_ms = strtol (value, NULL, 10);
 }
 
 static int

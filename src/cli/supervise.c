@@ -74,9 +74,6 @@
  * server's exit first, so that a crash is handled as a crash.
  */
 #define DYING_SERVER_MS 200
-/* poll itself failed (no memory for its table): try again after this. */
-#define POLL_RETRY_MS 1000
-
 struct sup {
   struct record rec;
   struct server_opts so;

@@ -10,7 +10,7 @@
 # (build tree) and its bytes are printed; replay it with
 #     tests/engine/fuzz_plan tests/engine/fuzz-artifacts/crash-...
 #
-# Other targets reuse this script (protocol/fuzz-server.sh): FUZZ_PART names
+# Other targets reuse this script (protocol/fuzz-server.sh, cli/fuzz-uri.sh): FUZZ_PART names
 # the folder of the target and its corpus, FUZZ_TARGET the
 # program, FUZZ_CORPUS its seed directory, FUZZ_MAX_LEN the longest input
 # and FUZZ_SECONDS its default time.

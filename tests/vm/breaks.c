@@ -46,6 +46,10 @@
  *                         1 s (the requeue timer as a timeout that drops
  *                         the connection)
  *   no-watchdog           the supervisor never probes its server
+ *   no-reconnect          a remote device's supervisor records a dead link
+ *                         but never reconnects
+ *   no-export-check       a remote device's supervisor hands the device
+ *                         whatever export the URI reaches now
  *   link-dead-at-attach   attach shuts the device's first connection down
  *                         right before it becomes the supervisor: a
  *                         LINK_DEAD the kernel sends while attach works

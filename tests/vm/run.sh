@@ -25,7 +25,9 @@
 #                       nbdkit-align4096, nbdkit-sector4k (the same with
 #                       nbdkit and pdio.so as the server instead of pdio
 #                       serve), tls (nbd-client -enable-tls
-#                       against pdio serve on the guest's loopback), and
+#                       against pdio serve on the guest's loopback), remote
+#                       (pdio attach nbd://... across a veth pair between
+#                       two network namespaces), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
@@ -63,7 +65,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,memory_flags,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,memory_flags,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -109,6 +111,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     memory|memory_flags|memory_cgroup|memory_global|memory_swap) ;;
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
+    remote) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -230,15 +233,17 @@ fetch_kernel() {
 # Uncompressed: TCG unpacks that faster than it inflates gzip.
 
 # Programs the guest runs, from this machine (busybox covers the rest;
-# stress-ng is the memory scenarios' hog).
+# stress-ng is the memory scenarios' hog; ip (iproute2: netns, veth),
+# qemu-nbd and nbd-server the remote scenario's).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs dmsetup stress-ng"
+  resize2fs xfs_growfs dmsetup stress-ng ip qemu-nbd nbd-server"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
-# the crash scenario's slow storage.
-MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay"
+# the crash scenario's slow storage; veth: the remote scenario's link.
+MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
+  veth"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot
