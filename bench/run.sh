@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # bench/run.sh — pdio against its peers, one command (run as root, by hand;
 # never part of "make check"):
 #

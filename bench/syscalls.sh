@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench/syscalls.sh — what one I/O costs a server, in counts: context
 # switches and system calls per I/O, counted with perf on the server's PID
 # over a whole fio run (fio's I/O count is the divisor).  Counts do not

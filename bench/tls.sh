@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench/tls.sh — what TLS costs pdio's own server, beside its peers with
 # TLS (run as root, by hand; never part of "make check"):
 #

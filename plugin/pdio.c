@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdkit-pdio-plugin: serve an image file or block device over NBD with
  * every byte going through O_DIRECT, so the image never sits in the host's
  * page cache.  Thin glue: parameters, one callback per NBD operation, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # What each part may include: its own folder, src/common, and the public
 # headers of the parts below it (common < engine < protocol < server <
 # cli; the plugin uses the engine).  Included by src/Makefile.am,

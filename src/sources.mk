@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Every source of the product, listed once by part.  Included by
 # src/Makefile.am (the libraries and pdio(1)) and tests/Makefile.am (the
 # sanitizer builds that compile the parts in, and the fuzzers); %reldir%

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """pdio benchmark: the same fio matrix against pdio and its peers.
 
 Run through bench/run.sh (python3 -m pdio_bench with bench/ on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The nbdkit front end's published ratios, the bar of "no regression":
 read from the results block of docs/performance.md (every published run
 pooled), or computed from a results.json or run directory."""

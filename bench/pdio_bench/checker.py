@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The tally the target checks write into: per-repetition values from a
 run's cells, PASS/MISS verdicts with margins, and the ratios the targets
 are made of.

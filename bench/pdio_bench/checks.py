@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The targets a run is checked against, one check a target, and the two
 sets they form: the native server's (pdio serve against qemu-nbd and raw)
 and the nbdkit front end's (pdio.so), the latter counted only in runs

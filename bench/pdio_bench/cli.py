@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """bench/run.sh's command line: a run, or --check / --report of finished
 runs."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The settings of one invocation, from the command line and the
 environment: which builds run, how long each job runs, where the image,
 the results and the published page live.  Built once by the CLI and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The jobs: what each one asks of fio, fio's command line for a job on a
 server, and the figures taken from fio's JSON output."""
 

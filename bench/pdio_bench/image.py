@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The test image: made and filled once, evicted from the page cache
 before every server."""
 

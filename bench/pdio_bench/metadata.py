@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a run records about itself: the machine, the packages, the
 builds under test (path, hash, mtime, git tree) and the run's settings."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the kernel says about a server: its processes, CPU time and memory
 from /proc, the image's page-cache residency, the machine's load and
 steal time, and the server's context switches (perf)."""

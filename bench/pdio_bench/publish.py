@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """docs/performance.md's results block and chart, from finished runs."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A run's summary.md (the tables and the target check) and its ratio
 chart: medians over repetitions with [min–max], ratios computed within
 each repetition."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A run's results: results.json and results.tsv written and read back,
 and the rows indexed by repetition, server and job."""
 

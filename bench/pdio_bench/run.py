@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """One benchmark run: every selected server through every selected job,
 for each repetition, with the server watched while fio runs."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The server rows: what each one runs, which rows a run takes, and how a
 server is started, waited for, and stopped by PID."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Messages, sizes, files and commands: what every other module uses."""
 
 import re

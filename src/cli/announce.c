@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What pdio serve prints once it serves, with either server: the NBD URI
  * and the nbd-client command that attaches it by hand, with the block
  * size pdio attach chooses by default (the server's direct-I/O alignment,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio attach: an image becomes /dev/nbdN.
  *
  * The work is done in a child that stays behind as the device's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The attachments pdio knows of, and the one a command's argument names:
  * every record, and every orphan -- a device pdio connected but has no
  * record of.  attach connects the device, then writes its record; killed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One attachment per image.  The image is known by its identity, not its
  * path: a hard link, a bind mount or a second path to the same file is
  * the same image, and so is every node of one block device.  Its claim

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The server of an attachment as a daemon process -- pdio's own (pdio
  * serve --pidfile) or, with --nbdkit, nbdkit with pdio.so: starting it
  * (the one place attach, restart and the supervisor do it, with the

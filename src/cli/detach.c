@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio detach DEVICE|IMAGE, pdio detach --all: stop the device's
  * supervisor (so that it does not restart the server), take over the
  * image's claim from it (an attach of the image waits meanwhile),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* /dev/nbdN connected by pdio itself: negotiate the connections with the
  * server (negotiate.c), hand them to the kernel over netlink
  * (nbd_netlink.c), show the partitions, arm autoclear, resize,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* JSON strings for pdio list --json.  What goes in one is a path or a
  * message, and a Linux path is any bytes but NUL: quotes, backslashes and
  * control characters are escaped; valid UTF-8 passes through; a byte that

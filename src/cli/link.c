@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The supervisor of a remote device (pdio attach nbd://...): it keeps the
  * device's link to the remote server.  Like the supervisor of a local
  * device (supervise.c) it is attach's child, single-threaded and off the

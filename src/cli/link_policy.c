@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the supervisor of a remote device (link.c) decides without
  * looking at the world: how long to wait before the next reconnect
  * attempt, and whether a new connection reached the export the device

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio list [--json]: what pdio attached, checked against the kernel and
  * the process table, in columns like losetup --list or JSON like
  * losetup --json; the JSON adds what each device costs in memory (its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio(1), the command line tool: dispatches to the commands and prints
  * the overall help.  See pdio.h for the pieces.
  */

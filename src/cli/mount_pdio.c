@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mount.pdio: "mount -t pdio IMAGE DIR" and fstab's "IMAGE DIR pdio ...".
  * mount(8) runs /sbin/mount.pdio IMAGE DIR [-sfnv] [-N NS] [-o OPTIONS]
  * [-t pdio[.FSTYPE]]; this attaches IMAGE with autoclear and mounts the

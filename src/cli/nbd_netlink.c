@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The kernel nbd driver's generic netlink family ("nbd", linux/nbd-netlink.h)
  * through libnl-genl-3, the library nbd-client uses.  Netlink, not the
  * ioctls: a netlink-configured device needs no process parked in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The client side of the NBD handshake (the NBD project's doc/proto.md,
  * in the wire format of src/protocol/include/proto.h, which pdio's server
  * speaks too), for two uses:

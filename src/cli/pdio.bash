@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # bash completion for pdio(1), installed as
 # $(datadir)/bash-completion/completions/pdio.
 #

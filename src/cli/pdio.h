@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio(1): attach, detach, list, restart and serve images, losetup-style;
  * mount.pdio and umount.pdio.  The server of an attachment is a daemon --
  * pdio's own (pdio serve, which runs the engine and src/server/ in its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Where a device's supervisor and server live: in a cgroup of their own
  * under a slice (pdio.slice unless pdio attach --slice says otherwise),
  * not in the memory cgroup of whoever ran pdio attach.  There, a writer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the supervisor reads before it calls a silent server hung
  * (watchdog_stalled in watchdog.c judges it): is a thread of the server
  * in D state, waiting in the kernel; and how much do tasks stall on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What a process costs in memory, for pdio list --json: its resident set
  * and its proportional set size from /proc/PID/smaps_rollup.  PSS counts
  * a page shared by n processes as 1/n of it (libraries; pdio's text,

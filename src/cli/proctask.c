@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The threads of a process as /proc shows them: each one's state (field
  * 3 of /proc/PID/task/TID/stat: R, S, D, T...) and its kernel flags
  * (field 9: PF_*).  pdio list reads the flags PR_SET_IO_FLUSHER sets, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What keeps a device's server, and its supervisor, working when memory
  * is short.  Every write the kernel flushes to /dev/nbdN passes through
  * the server: if the server must allocate to answer, and reclaim waits on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio attach nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH:
  * a device of an export another machine (or another server) serves.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio resize DEVICE|IMAGE [--size SIZE]: like losetup -c, the device takes
  * the image's size; with --size the image is first grown (or, refused
  * while the device is in use unless --force, shrunk) to SIZE.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio restart DEVICE|IMAGE: replace the server on purpose (after an
  * upgrade, say) while the device stays connected and mounted.  The
  * supervisor does it (SIGUSR1): with pdio's own server, the new server

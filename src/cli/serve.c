@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio serve IMAGE: a server for attaching by hand or over TCP, in the
  * foreground.  By default pdio's own NBD server runs in this process
  * (serve_native.c).  --nbdkit runs nbdkit with pdio.so as a child: pdio

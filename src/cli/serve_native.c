@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio serve with pdio's own NBD server (src/server/), the default: the
  * image is opened here, in this process, and served until SIGINT, SIGTERM
  * or SIGHUP, after which the requests in flight are finished and answered

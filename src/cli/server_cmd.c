@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The command line of an attachment's server, built here and nowhere
  * else: pdio's own (pdio serve --pidfile, a daemon) or nbdkit with the
  * plugin (a daemon with -P, or in the foreground for pdio serve

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Running the programs pdio drives (the server, mount, umount, udevadm,
  * modprobe) and watching processes that are not its children (a
  * daemonized server).

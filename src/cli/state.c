@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The run directory (/run/pdio).  Per attachment, named after the image
  * (NAME, image_name in claim.c), because they exist before the kernel
  * picks the device: the image's claim NAME.claim, the server's socket

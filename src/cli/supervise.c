@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The supervisor: one small single-threaded process per attached device,
  * left behind by pdio attach (it is attach's child, in a session of its
  * own).  It is not on the data path: the kernel talks to the server over

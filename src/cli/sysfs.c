@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* /dev/nbdN as the kernel sees it, from sysfs and mountinfo.  A device
  * exists when /sys/block/nbdN does; it is connected while the kernel has
  * a client for it (/sys/block/nbdN/pid, present only then), and shows

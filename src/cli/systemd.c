@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The three calls placement.c makes to systemd's manager: make a slice,
  * make a scope around a running process, set a unit's MemoryMin.
  *

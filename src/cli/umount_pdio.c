@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* umount.pdio: umount(8)'s helper for what mount.pdio mounted.
  * mount.pdio records "helper=pdio" in the mount's userspace options
  * (libmount's utab), so umount(8), and systemd stopping an fstab mount

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* NBD URIs (the NBD project's doc/uri.md, on RFC 3986), as libnbd and
  * qemu read them: nbd://[USER@]HOST[:PORT]/EXPORT, nbds://...,
  * nbd+unix:///EXPORT?socket=PATH, nbds+unix:///EXPORT?socket=PATH.

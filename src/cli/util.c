@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Messages, number parsing and the few environment settings. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Waiting for what the kernel announces, under a deadline.  A wait
  * watches the file descriptor that tells when its condition may have
  * changed -- a pidfd for a process's exit, inotify for a file, the

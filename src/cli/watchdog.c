@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The supervisor's watch on a live server: does it still answer?
  *
  * With one connection pdio gives the kernel a request timeout of 0

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Big-endian loads and stores at any address: the NBD wire's byte order,
  * and that of pdio's own records (the hand-over's).  Byte by byte, so
  * neither alignment nor the host's order matters, and no caller writes a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The struct of the given type whose member is at ptr: a completion or a
  * work item embedded in a bigger struct finds its owner back.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Alignments, block sizes and buddy orders must be powers of two: the
  * rounding of rounding.h is a mask, and the kernel refuses others.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The page every part assumes: bounce buffers and the pool are carved in
  * pages, dio_args splits memory at page boundaries, and no O_DIRECT memory
  * alignment can exceed a page.  A constant, not sysconf (_SC_PAGESIZE), so

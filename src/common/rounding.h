@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Rounding to a power-of-two alignment, and dividing rounded up.  The
  * result has the type of the value rounded, so that rounding a 64-bit
  * offset by a 32-bit alignment never truncates the offset.  a must be a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What valgrind's memcheck cannot see by itself: memory the kernel reads
  * or writes through io_uring.  When valgrind runs read(2) or recv(2) it
  * marks the bytes returned as defined, and it checks that what write(2)

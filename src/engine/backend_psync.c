@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The psync backend: the same system calls done synchronously on the same
  * fds (preadv2/pwritev2 on the O_DIRECT one), for kernels and sandboxes
  * that refuse io_uring and for FUSE, where io_uring mishandles short

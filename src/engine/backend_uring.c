@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The io_uring backend: how each system call of a request becomes an SQE
  * on the thread's ring (thread.c owns the ring and dispatches the CQEs).
  * The image is fixed file 0 where registering it worked, and the pool's

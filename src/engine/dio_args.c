@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* dio_args: memory -> page vector -> iovec. */
 #include <config.h>
 

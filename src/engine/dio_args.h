@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* dio_args: one direct I/O described as a page vector, after Jens Axboe's
  * 2009 proposal for a page-based ->direct_IO(): the pages, the offset of
  * the data in the first page, the page count, the length and the file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's shared rules: messages, the range check, the image
  * checks every write makes, the range a write locks, and what the image
  * advertises and has counted.  A request's path is in req.c (see req.h

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the engine's files share; not part of the API. */
 #ifndef PDIO_ENGINE_INTERNAL_H
 #define PDIO_ENGINE_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Extents: which parts of a file are data and which are holes, from
  * SEEK_DATA/SEEK_HOLE.  The fd's file position is never used for I/O, so
  * concurrent lseeks need no lock.  Anything past the current end of file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Geometry: the direct-I/O constraints of this exact file.
  *
  * In order of trust: statx(STATX_DIOALIGN) for regular files (Linux 6.1+,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the image allows: the direct-I/O alignment of this exact file or
  * device, its allocation unit and its size.
  */

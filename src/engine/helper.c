@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's helper thread: the few system calls that have no io_uring
  * opcode on the kernels we support and may block (SEEK_DATA/SEEK_HOLE
  * for extents, BLKDISCARD for a trim of a block device) run here, not on

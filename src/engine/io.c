@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Direct transfers to completion, one completion at a time; see io.h. */
 #include <config.h>
 

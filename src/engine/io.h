@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The I/O layer: the system calls a request is made of (sysop), how they
  * reach the kernel (on the thread's ring, or synchronously through a
  * backend), and direct transfers described by dio_args run to completion

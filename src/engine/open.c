@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Opening an image: the checks that make pdio refuse what it cannot
  * serve with O_DIRECT, with messages that name the problem (the filesystem,
  * the process holding the image lock), the alignment, the image lock and

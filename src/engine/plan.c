@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Block mapping planner; see plan.h. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Block mapping: how one read or write of arbitrary offset, length and
  * buffer becomes direct I/O that meets the alignment.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The per-thread buffer pool; see pool.h. */
 #include <config.h>
 

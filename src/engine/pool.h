@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The per-thread buffer pool: one mapping, registered with the thread's
  * ring chunk by chunk as it is used (below), split in two buddy
  * allocators of 4 KiB pages:

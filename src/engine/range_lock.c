@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* range_lock; see range_lock.h. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* range_lock: serialises writes whose block-rounded ranges overlap, so that
  * a read-modify-write of a partial block can never lose a concurrent write
  * to the same block.  Writes to disjoint ranges go on in parallel.

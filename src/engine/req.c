@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio_submit and the steps of reads and writes; see req.h. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One request as a state machine (req.c; zero and trim in zero.c).
  *
  * Every step either queues I/O and returns, or goes straight on to the

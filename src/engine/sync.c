@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The synchronous API: each call is pdio_submit and pdio_thread_poll until
  * the request's done() has run.  What the nbdkit plugin and the tests use;
  * one request in flight per thread, so the wait is the I/O itself.

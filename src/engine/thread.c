@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One worker thread's engine context: its io_uring, its pool and its
  * queues of deferred work, and pdio_thread_poll, the one place where
  * completions are dispatched and the engine's work runs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Write-zeroes and trim: FS-block mapping, as steps of a request (req.h).
  *
  * fallocate only ever sees whole allocation units (fs blocks of a file,

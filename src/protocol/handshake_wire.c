@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The messages of the NBD handshake phase (fixed newstyle), both ways:
  * what pdio's server sends and parses, and what pdio(1)'s client
  * handshake sends and parses.  See proto.h for the conventions.  Pure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The NBD spec's rules, as pdio applies them: the flags an export
  * advertises, the verdict on a request, the error an errno becomes.  The
  * bytes themselves are handshake_wire.c's and transmission_wire.c's.

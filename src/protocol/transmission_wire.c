@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The messages of the NBD transmission phase: requests, and the simple
  * and structured replies pdio's server sends (their parsers serve the
  * clients: the supervisor's watchdog, the tests and the fuzzer).  See

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* NBD commands as engine work: a checked request becomes an engine
  * request (pdio_submit; for BLOCK_STATUS an extents request); it ends in
  * conn_cmd_done, and nbd_cmd_reply turns

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* An NBD command between its request header and its reply, and what it
  * becomes in the engine (cmd.c).  The connection (conn.c) owns its
  * commands: it gets their memory, receives a WRITE's payload, starts

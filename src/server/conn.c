@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* One client connection, driven by completions on its worker's ring:
  * everything runs on the worker's thread and nothing waits.  Its life is
  * one phase (enum conn_phase):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The hand-over message between two pdio servers, and the unix socket it
  * travels on: handover.h describes the protocol.  Both ends run in their
  * server's control thread and block, each step bounded by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Handing live connections from one pdio server to its successor (pdio
  * restart), so that the client -- the kernel -- never sees a close.  The
  * old server listens on a unix socket of its own (pdio serve

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fixed newstyle negotiation (see handshake.h).  Every option gets the
  * spec's reply; only a broken stream (wrong magic, unknown client flags,
  * an EXPORT_NAME that cannot be answered, an option too long to skip, an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Fixed newstyle option negotiation as a small state machine, one per
  * connection.  It does no I/O: the connection asks it what to do next
  * (send these bytes, receive exactly that many into here), does it, and

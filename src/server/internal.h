@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the server's files share: the worker (worker.c) and the
  * connection (conn.c) interfaces.  Not for pdio(1): see server.h.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The server as a whole: the listening socket, the workers, the accept
  * loop that hands each new connection to the next worker in turn, and
  * the two ends: the orderly stop on a signal (stop accepting, let every

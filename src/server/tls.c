@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TLS with GnuTLS (see tls.h): the credentials, then one session per
  * connection whose records travel through two buffers of its own.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TLS for pdio's own server (GnuTLS): the credentials, loaded once by
  * pdio serve, and each connection's TLS session after NBD_OPT_STARTTLS.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A worker: one thread, its engine context (pdio_thread: one io_uring
  * that carries the sockets of its connections and their file I/O, and
  * the pool their buffers come from) and its connections.  The ring is

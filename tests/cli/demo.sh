@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The README's first command ends in scripts/demo: it must serve the demo
 # image with pdio's own server and print a working URI and an nbd-client
 # command with the image's block size (512 here, never the minimum of 1).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer over the NBD URI parser (src/cli/uri.c).  Any bytes: the
  * parser must not read or write out of bounds (ASan), and what it
  * accepts must hold together:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Helpers for the pdio(1) tests (sourced after tests/lib/common.sh).
 #
 # pdio runs with its state in $tmp/run (PDIO_RUNDIR) and, where a test

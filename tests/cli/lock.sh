@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Two writers on one image destroy it: the second nbdkit pdio of an image
 # must fail at once, naming the server that holds it, and a reader too;
 # read-only servers share the image, and a writer is refused while any

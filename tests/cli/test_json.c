@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* json_string (src/cli/json.c), which pdio list --json writes every path
  * and message with: each case is a string and the exact JSON it must
  * become.  Paths are bytes: quotes, backslashes, controls, DEL, valid

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The remote supervisor's decisions (src/cli/link_policy.c, compiled in
  * alone): the reconnect backoff grows, carries jitter and never exceeds
  * 2 s, whatever the attempt and the jitter; a new connection is the same

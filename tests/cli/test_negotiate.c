@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio(1)'s client side of the NBD handshake (src/cli/negotiate.c,
  * compiled in alone), over a unix socket to a server this test runs in a
  * thread: pdio's own handshake state machine (src/server/handshake.c), or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The NBD URI parser (src/cli/uri.c, compiled in alone): the examples of
  * the NBD project's doc/uri.md and libnbd's, each with the parts it must
  * give and its canonical form; then hostile and invalid URIs, each with

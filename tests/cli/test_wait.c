@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio(1)'s waits (src/cli/wait.c, with spawn.c's pid_alive): each ends
  * when its event comes, well before its deadline, and each still fails at
  * its deadline when the event never comes.  The times printed are figures;

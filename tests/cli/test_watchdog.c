@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The supervisor's watchdog (src/cli/watchdog.c, compiled in alone): this
  * test plays the server on the other end of a socketpair and drives the
  * watchdog's clock itself, so no check depends on how fast the machine

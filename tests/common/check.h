@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the tests of src/common share: a comparison that prints what it
  * got and what it wanted, and counts the misses; main returns
  * check_status () (exit-code protocol: 0 pass, 1 fail).

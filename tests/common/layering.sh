@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The layering of the parts, with the include flags the product is built
 # with (src/parts.mk, handed over by tests/Makefile.am in
 # common/layering.env):

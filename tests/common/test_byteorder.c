@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* byteorder.h: each store writes exactly its bytes, most significant
  * first, at any address (odd ones included), and each load reads them
  * back; the bytes either side are never touched.

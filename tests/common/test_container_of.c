@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* container_of: from a pointer to any member, first, middle, last, an
  * array member and an element of a member struct, back to the struct.
  */

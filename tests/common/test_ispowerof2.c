@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* is_power_of_two: true for each power of two up to 2^63, false for 0,
  * for its neighbours, and for every other small number.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* PDIO_PAGE_SIZE against this machine: a power of two that the kernel's
  * page divides, so that what the pool does at its granularity (madvise
  * MADV_DONTNEED of one page in the middle of a mapping, mlock of one page)

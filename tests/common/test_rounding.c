@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* rounding.h against plain arithmetic: every value near the multiples of
  * each alignment, 64-bit values rounded by 32-bit alignments (no
  * truncation past 4 GiB), and the result's type that of the value.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The engine on block devices: loop devices with 512- and 4096-byte
 # sectors (BLKSSZGET geometry, fallocate/BLKDISCARD zero and trim, the
 # block device's page cache left empty).  Needs root, as the suite does.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Crash consistency: SIGKILL nbdkit (pdio.so) in the middle of a concurrent
 # write workload with FUA writes and flushes, cut the power of the disk
 # under it, restart, and check that every write acknowledged before a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* crash_io: the client side of the crash-consistency test (crash.sh).
  *
  *   crash_io run -s SEED -j JOURNAL [-m MODE] [-c CONNS] [-q DEPTH] SOCKET

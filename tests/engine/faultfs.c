@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* faultfs: a FUSE passthrough of one file that fails chosen requests.
  *
  *   faultfs BACKING MOUNTPOINT [FUSE OPTIONS, e.g. -f]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* faultreq: a scripted NBD client with a shadow of the whole image, for
  * tests that make the storage fail under the server.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Helpers for the storage-fault tests (tests/engine/*.tap), on top of tests/lib/common.sh (source
 # that first).  Everything here cleans up after itself through at_exit.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # libFuzzer over the request -> plan -> dio_args -> executor mapping
 # (fuzz_plan.c says which invariants it checks).  First every input of the
 # committed seed corpus (tests/engine/corpus/) must pass as it is; then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer target: a request -> plan_chunk() (src/engine/plan.c) ->
  * dio_args (src/engine/dio_args.c) -> the executor on a memory disk that
  * enforces O_DIRECT's rules (tests/engine/mem_backend.c), checking the

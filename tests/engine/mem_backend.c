@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mem_backend; see mem_backend.h. */
 #include <config.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A backend over a memory "disk" that enforces the kernel's O_DIRECT rules
  * (offset, every iovec's length and address aligned) and can inject short
  * transfers and EAGAIN, so the planner and executor are checked without a

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 # Regenerates tests/engine/corpus/, the seed corpus of fuzz_plan: one input
 # per interesting shape of request (see fuzz_plan.c for the byte layout).
 # The files are committed; this only says how they were made.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Helpers for tests that check plan_chunk()'s invariants (test_plan.c and
  * the fuzzer in tests/robust).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A request's completion as the engine's tests wait for it: done() sets
  * the flag (once: a second call is the bug), and the test polls the
  * submitting thread until it is set, since completions are only ever

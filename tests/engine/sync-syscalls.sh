@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # What flush and FUA turn into, seen by strace on a short session:
 #
 #   backend=psync: a plain write is pwritev2(..., 0); a FUA write is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The asynchronous engine: many requests in flight on one thread.
  *
  * - On real files, with io_uring and psync, at the file's alignment and at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* dio_args: memory -> page vector -> iovec, with the remainder of a short
  * transfer rebuilt from a byte count.  Checked for every offset within a
  * page, lengths across page boundaries, and every skip.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine on real files, through its public API, with both backends:
  *
  * - every bad-input case of pdio_open gives its error and message;

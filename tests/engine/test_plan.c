@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The block-mapping planner and its executor, exhaustively over small
  * geometries: alignments 512 and 4096, memory alignment as strict as the
  * offset alignment or as loose as 4 bytes (where the direct middle is

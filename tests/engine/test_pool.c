@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The per-thread pool (src/engine/pool.c) on its own, with a hook that
  * plays the ring's registration:
  * - blocks never merge past a chunk: the largest is 2 MiB, each at a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* range_lock: overlapping ranges exclude each other, disjoint ones do not;
  * the non-blocking acquire queues waiters and grants them in FIFO order
  * (never past an earlier overlapping waiter), calling granted() once.

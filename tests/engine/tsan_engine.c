@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine under concurrency, built with ThreadSanitizer (the engine's
  * sources are compiled into this program with -fsanitize=thread; see the
  * robust block of tests/Makefile.am).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # valgrind memcheck over the engine's own workload (tests/engine/test_engine
 # with PDIO_TEST_VALGRIND=1: the psync backend, see test_engine.c): no
 # invalid access, no use of uninitialised memory, no definite leak.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* volatile_fs: a FUSE file system holding one file, "img", that behaves
  * like a disk with a volatile write cache, so that a power cut can be
  * simulated under a running pdio.

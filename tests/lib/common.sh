@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Shared helpers for pdio's shell tests on this machine.  Source it (bash)
 # from a test:
 #

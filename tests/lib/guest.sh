@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/lib/guest.sh: the helpers of the VM guest's scenarios
 # (tests/vm/scenarios/NAME.sh), on top of tap.sh.  Plain POSIX sh (busybox
 # ash).  tests/vm/run.sh carries tests/lib into the initramfs as /pdio/lib;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared pieces of the integration clients: see harness.h. */
 #include <config.h>
 

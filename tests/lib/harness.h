@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Shared pieces of the integration clients (shadow_io, interleave_io,
  * nbdreq): a reproducible PRNG, connecting to a unix socket with libnbd,
  * and one poll loop that drives several connections at once.

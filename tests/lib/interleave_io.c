@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* interleave_io: several connections write disjoint bytes of the same
  * blocks at the same time; no write may be lost.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* loadgen: many concurrent reads and writes over several connections,
  * optionally checked byte for byte against a shadow of the image.
  *

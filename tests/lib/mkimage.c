@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mkimage FILE SIZE SEED: writes SIZE bytes of pseudo-random data (the
  * same for the same seed, so a failing run can be replayed exactly) to a
  * new FILE, makes it durable and drops it from the page cache, so tests

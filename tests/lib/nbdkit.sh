@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The nbdkit variant of the served suites: `make check` runs each test
 # named in NBDKIT_STUBS (tests/Makefile.am) twice, once as itself (pdio
 # serve) and once through this script against nbdkit with pdio.so.

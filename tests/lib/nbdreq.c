@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* nbdreq: send a few NBD requests from a shell test and check each result.
  *
  *   nbdreq SOCKET REQUEST...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The NBD wire format for the Python test clients that speak it by hand
 (tests/server/rawclient.py, tests/server/tlsclient.py, the seed corpus of
 tests/protocol/mkcorpus-server.py and the short clients inside the server

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* shadow_io: random I/O against an NBD export, checked byte for byte
  * against an in-memory shadow of the image.
  *

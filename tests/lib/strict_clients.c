@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* strict_clients: what a libnbd program written like libnbd's own examples
  * (threaded-reads-and-writes.c, strict-structured-reads.c) does to pdio,
  * with libnbd's DEFAULT strictness, checked against a shadow.

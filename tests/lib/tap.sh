@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/lib/tap.sh: the suite's one TAP emitter, and the helpers that the
 # tests on this machine and the VM guest share.  Plain POSIX sh: bash
 # sources it through tests/lib/common.sh, busybox ash in the guest through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ThreadSanitizer options baked into the TSan test programs, so that
  * `make check` needs no TSAN_OPTIONS in its environment: stop at the
  * first report (halt_on_error=1) with a distinctive exit code, so no

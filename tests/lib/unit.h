@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Minimal checks for the engine's unit tests (exit-code protocol: 0 pass,
  * 1 fail).  CHECK prints where and what failed and exits.
  */

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Helpers for the valgrind tests (tests/*/valgrind.sh): memcheck with one
 # set of options, over a program that the harness runs.  Sourced after
 # tests/lib/common.sh, except by engine.sh, which needs only the options.

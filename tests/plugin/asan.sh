@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The plugin and the engine built with ASan+UBSan (plugin/pdio_asan.la,
 # see tests/Makefile.am) under the integration clients: shadow_io (io_uring,
 # 512-byte alignment, odd image size; then psync with align=4096 and the

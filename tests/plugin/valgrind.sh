@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # valgrind memcheck over nbdkit serving pdio.so (the ordinary build) for
 # one short integration run: shadow_io on an odd-sized image, 2
 # connections.  backend=psync: valgrind cannot see what the kernel writes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # libFuzzer over the native server's handshake and request parser
 # (fuzz_server.c says what it feeds and which invariants it checks): the
 # seeds of tests/protocol/corpus-server/ (mkcorpus-server.py wrote them),

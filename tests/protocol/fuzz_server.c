@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer target: the native server's handshake state machine
  * (src/server/handshake.c) and request parser and validator
  * (src/protocol/proto.c), fed a client's byte stream exactly as the event

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* hostile: send malformed and abusive NBD requests and check each answer.
  *
  *   hostile -i IMAGE [-o OUT] SOCKET REQ...

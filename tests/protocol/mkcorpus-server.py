@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the seed corpus of fuzz_server (tests/protocol/corpus-server/):
 one file per client conversation, each a well-formed or a deliberately
 broken handshake followed by requests.  Byte 0 picks the export, byte 1

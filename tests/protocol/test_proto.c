@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The NBD codec (src/protocol): each message pdio sends or parses,
  * written and compared with its bytes as the spec lays them out (written
  * here by hand, not by the codec, so that a writer and a reader wrong in

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # What pdio advertises to clients (nbdinfo --json), on images whose size is
 # a multiple of 4096 so that the block-size contract is tested on its own:
 #   - writable, flush, FUA, trim, zero, fast zero, multi-conn, extents

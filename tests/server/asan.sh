@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # pdio's own server built with ASan+UBSan (server/pdio_asan: pdio(1), the
 # server and the engine compiled in), leak checking on, under the loads
 # that exercise every path of a connection: shadow_io over 4 connections

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* churn: connect/disconnect cycles with I/O in flight, watching the
  * server's resources (churn.sh runs it; its header says why two modes).
  *

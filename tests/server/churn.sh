@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Connection churn: 2,000 connect/disconnect cycles with I/O in flight,
 # while the server's open fds (and the io_uring fds among them), threads
 # and RSS are sampled from /proc every 100 cycles (churn.c); then every

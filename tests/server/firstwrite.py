@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 # The first writes after an idle give-back, for server/reserve.tap: one
 # connection to pdio serve warms the server up (a 4 KiB write, a
 # maximum-size write, then writes and reads in flight together, which

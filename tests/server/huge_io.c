@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* huge_io: reads and writes of up to 64 MiB (nbdkit's limit, twice the
  * maximum block size pdio advertises), checked against a shadow of the
  * image.

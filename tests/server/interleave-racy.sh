@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Negative control: interleave_io must catch the bug it is for.  Served by
 # racy_rmw.so (whole-block read-modify-write with no lock), it has to
 # report a lost write; if it passed, interleave.sh would prove nothing.

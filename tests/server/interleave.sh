@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Concurrent unaligned writes to disjoint bytes of the same blocks from 4
 # connections, 16 writes in flight on each (1..700 bytes, see
 # interleave_io.c); no write may be lost.  Run with align=512 and with

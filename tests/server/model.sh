@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Randomized model test at the NBD level, reproducible from one number.
 #
 #   model.sh [--seed N]        (or PDIO_MODEL_SEED=N under make check)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # No double caching, measured: after a mixed aligned + unaligned workload
 # through pdio (reads, writes, FUA, zero, trim, flush, including the
 # partial tail block), none of the image's pages are in the host page

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A deliberately broken nbdkit plugin: the negative control for
  * interleave_io.
  *

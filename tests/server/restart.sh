@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Once a server has exited cleanly, the image is free: serving it again at
 # once works.  pdio takes an exclusive lock on the image so that two
 # servers cannot write it at the same time; that lock must be gone when

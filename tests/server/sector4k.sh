@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # 4 KiB backing: an ext4 file system on a loop device with 4096-byte
 # logical sectors, so the image's direct-I/O alignment is 4096 (512-byte
 # O_DIRECT fails there).  pdio must advertise a preferred block size of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # align=4096 on ordinary storage: the export advertises a 4096-byte
 # preferred block size (minimum 1), and the shadow-model test passes with every request
 # mapped onto 4 KiB blocks (so a 512-byte aligned write is read-modify-

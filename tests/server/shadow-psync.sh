@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The shadow-model test of shadow.sh with backend=psync (preadv2/pwritev2
 # on the same O_DIRECT descriptor instead of io_uring).
 set -eu

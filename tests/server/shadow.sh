@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Shadow-model random I/O through pdio.so with the default backend
 # (io_uring) on an image on / whose size is not a multiple of any block
 # size (10 MiB + 1234 bytes): 4 connections x 8 requests in flight of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Clients with libnbd's default strictness (as nbdcopy, nbdfuse, nbdsh and
 # libnbd's examples use it) at arbitrary byte offsets and lengths: six
 # threads on three connections, reads, writes, FUA writes, zeroes and

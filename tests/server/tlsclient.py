@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Raw-socket NBD clients for tests/server/tls.tap: what libnbd will not do
 on purpose against a server with TLS.
 

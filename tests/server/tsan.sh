@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # pdio's own server built with ThreadSanitizer (server/pdio_tsan: pdio(1),
 # the server and the engine compiled in; halt_on_error, exit 66 on a
 # report, from lib/tsan_options.c) with two workers: shadow_io over 4

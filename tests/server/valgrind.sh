@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # valgrind memcheck over pdio's own server: the ordinary build of pdio(1)
 # (the one that is installed), `pdio serve` with its default io_uring
 # backend (and once with psync), under

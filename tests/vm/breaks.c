@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The break points of vm/pdio-broken: pdio(1) built from the same sources
  * with -DPDIO_TEST_BREAKS and this file, never installed.  The guest
  * (run.sh --break LIST) runs it in place of pdio to show that each test

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/guest-init.sh — /init of the TCG guest booted by tests/vm/run.sh.
 #
 # Boots the guest (mounts, modules, the scratch disk), runs the scenarios

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/run.sh — the kernel nbd client against pdio, for real.
 #
 # This machine's kernel has no nbd driver, so boot Debian's own kernel under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio engine: serve an image file or block device with every byte going
  * through O_DIRECT.  This is the whole public API; it knows nothing about
  * nbdkit.  Every call that can fail returns 0 or a negative errno, which is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The NBD wire format, and nothing else: constants, the codec (one
  * function to write and one to read each message pdio sends or parses,
  * so no other file knows where a field sits), and the rules that decide

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* pdio's own NBD server: the entry points pdio(1) uses.  The server runs
  * in the calling process: one worker thread per CPU (or as configured),
  * each with one io_uring carrying its connections' sockets and the file

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/align4096.sh: scenario align4096 (and
 # nbdkit-align4096) of the VM guest.  The image's direct-I/O alignment is
 # 4096 while /dev/nbd0 keeps 512-byte logical blocks: the case losetup

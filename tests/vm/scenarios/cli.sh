@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- pdio(1), the command-line interface ----------------------------------------------
 # pdio attach/list/detach as a user runs them: the plugin from $PDIO_PLUGIN,
 # state in pdio's own run directory, $PDIO_RUN (nbdN.*: read here, never

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- a crash costs only the restart (scenario crash) ---------------------------------
 # pdio attach with its defaults: one connection, kernel request timeout 0,
 # /sys/block/nbdN/queue/io_timeout 1000 ms.  The requests in flight on a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/ext4.sh: scenario ext4 (and nbdkit-ext4) of the VM
 # guest (tests/vm/guest-init.sh), on tests/lib/guest.sh's round trips.
 # One server serves disk.img, nbd-client attaches it with the advertised

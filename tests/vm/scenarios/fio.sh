@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/fio.sh: scenario fio (and nbdkit-fio) of the VM
 # guest: tests/fio/verify.fio with io_uring on /dev/nbd0 over two
 # connections, then its read-only --verify_only pass.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- pdio restart hands the live connections over ---------------------------------
 # With pdio's own server, pdio restart starts a new server that takes the
 # live connections from the old one (pdio serve --take-over,

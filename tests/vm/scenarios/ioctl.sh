@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/ioctl.sh: scenario ioctl (and nbdkit-ioctl) of the VM
 # guest: the ext4 round trip with nbd-client's ioctl interface, as older
 # setups and some containers attach: nbd-client stays behind as the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/memory.sh — the guest's memory-pressure scenarios,
 # sourced by guest-init.sh (run.sh copies it to /pdio/scenarios/), whose
 # helpers it uses: step, detail, tap_diag, wait_until, srv_no_state,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- mount -t pdio and fstab ---------------------------------------------------------
 MT_IMG=/scratch/mt.img
 mt_helper() {

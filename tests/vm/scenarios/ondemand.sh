@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- devices on demand; attach never races (scenario ondemand) ---------------
 # nbd reloaded with nbds_max=2: pdio attach lets the kernel pick a free
 # device or make one (NBD_CMD_CONNECT without an index), for 64 images at

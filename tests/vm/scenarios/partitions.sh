@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- partitions ----------------------------------------------------------------------------
 PT_IMG=/scratch/pt.img
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- the device outlives its server ------------------------------------------------
 # pdio attach leaves a supervisor that restarts a dead server and hands the
 # device fresh connections (NBD_CMD_RECONFIGURE); requests in flight are

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/reference.sh: scenario reference of the VM guest: the
 # ext4 and fio workloads through nbdkit's own file plugin, for the
 # page-cache comparison (how much of its image it leaves cached is a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/remote.sh — remote devices: pdio attach nbd://..., in
 # the guest, sourced by guest-init.sh (run.sh copies it to
 # /pdio/scenarios/); it uses the guest library's helpers

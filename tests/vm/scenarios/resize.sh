@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- resize: pdio resize and the image's identity ---------------------------------------
 # The image grows under a mounted filesystem while fio runs on it; pdio
 # resize gives the device the new size (NBD_CMD_RECONFIGURE), the kernel's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/sector4k.sh: scenario sector4k (and nbdkit-sector4k)
 # of the VM guest.  A 4096-byte-sector (4Kn) disk: pdio must find the
 # 4096-byte direct-I/O alignment by itself (no align=) and still serve

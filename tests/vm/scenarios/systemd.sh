@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- fstab at boot under systemd -------------------------------------------------------
 # The fstab line "IMAGE DIR pdio defaults 0 0" booted as on a Debian
 # machine: systemd is PID 1, systemd-fstab-generator turns /etc/fstab into

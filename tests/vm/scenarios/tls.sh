@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # --- nbd-client's TLS against pdio serve over TCP (scenario tls) -------------------
 # nbd-client -enable-tls does the TLS in a proxy it forks, handing the kernel
 # the plain side of a socketpair; so TLS is nbd-client's and GnuTLS's on both

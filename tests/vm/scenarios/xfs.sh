@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # tests/vm/scenarios/xfs.sh: scenario xfs (and nbdkit-xfs) of the VM
 # guest: the ext4 scenario's round trip with xfs and two connections
 # (multi-conn), xfs_repair -n for the check.
