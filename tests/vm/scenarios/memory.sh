@@ -759,11 +759,13 @@ ms_hog() {
     fill=$(($(mem_now) - t0))
     hog_kib=$(mem_hog_rss)
     used=$(mem_swap_used_kib)
-    out=$(($(mem_vmstat pswpout) - out0))
     rc=0
     mem_bounded "$MEM_SWAP_MAX" cmp "$MEM_SWAP_DATA" "$MEM_SRC" || rc=$?
     cmp_t=$mem_took
-    in=$(($(mem_vmstat pswpin) - in0))
+    # The most swap held, at the hog's fill or after the read back.
+    u=$(mem_swap_used_kib)
+    [ "${u:-0}" -le "${used:-0}" ] || used=$u
+    out=$(($(mem_vmstat pswpout) - out0)) in=$(($(mem_vmstat pswpin) - in0))
     mem_hog_stop
     rm -f "$MEM_SWAP_DATA"
     mem_kmsg
