@@ -401,8 +401,9 @@ mem_hog_up() {
 
 # For wait_until: the device DEV has had no request for MEM_IDLE_SECS,
 # so its server SERVER has given its pool back, and pins at most its
-# reserve (mem_cycle then checks that it kept that much, locked).  (The device's
-# counters, /sys/block/DEV/stat, say when it last had a request.)
+# reserve (mem_cycle then checks that it kept that much, locked).  (The
+# device's counters, /sys/block/DEV/stat, say when it last had a
+# request.)
 mem_given_back() {
     _mg_stat=$(cat "/sys/block/$1/stat") _mg_now=$(uptime_s)
     if [ "$_mg_stat" != "$(cat "$STATE/mem.stat" 2>/dev/null)" ]; then
