@@ -21,7 +21,8 @@
 #                       align4096,sector4k,reference,cli,recover,
 #                       nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,
 #                       memory (or its parts memory_flags, memory_cgroup,
-#                       memory_global, memory_swap), and nbdkit-ext4,
+#                       memory_global, memory_swap; and memory_slice_none,
+#                       on its own), and nbdkit-ext4,
 #                       nbdkit-ioctl, nbdkit-xfs, nbdkit-fio,
 #                       nbdkit-align4096, nbdkit-sector4k (the same with
 #                       nbdkit and pdio.so as the server instead of pdio
@@ -32,10 +33,10 @@
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
-#                       of memory only memory_flags: the pressure cycles
-#                       take half an hour of their own).  Each scenario
-#                       is tests/vm/scenarios/NAME.sh (memory.sh has the
-#                       memory ones)
+#                       memory, which takes about half an hour of its own
+#                       and runs in a guest of its own as vm/memory.tap).
+#                       Each scenario is tests/vm/scenarios/NAME.sh
+#                       (memory.sh has the memory ones)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
 #                       build tree's plugin/.libs/pdio.so)
 #   --pdio PATH         the pdio(1) program to test (default: the build
@@ -59,14 +60,14 @@
 # clone on this machine reuses it.  PDIO_VM_FIO_SIZE (per fio job, default
 # 24m) and PDIO_VM_FILES (files per filesystem round trip, default 300) size
 # the workloads; PDIO_VM_MEM_CYCLES (default 10) is the memory scenarios'
-# pressure cycles per variant.
+# pressure cycles per variant (at least 10 for what the tests claim).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,memory_flags,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -109,7 +110,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|handover|mount|partitions) ;;
     resize|ondemand) ;;
     crash) ;;
-    memory|memory_flags|memory_cgroup|memory_global|memory_swap) ;;
+    memory|memory_flags|memory_cgroup|memory_global|memory_swap|memory_slice_none) ;;
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
     remote) ;;
@@ -158,7 +159,7 @@ pdio_broken=$(cd "$(dirname "$pdio_broken")" && pwd)/$(basename "$pdio_broken")
 
 for tool in qemu-system-x86_64 busybox cpio ldd modinfo apt-get apt-cache dpkg flock \
         nbdkit nbd-client nbdinfo fio mke2fs e2fsck debugfs mkfs.xfs xfs_repair xfs_io \
-        fincore fstrim sfdisk losetup timeout systemctl udevadm dmsetup stress-ng; do
+        fincore fstrim sfdisk losetup timeout systemctl udevadm dmsetup stress-ng cmp; do
     command -v "$tool" >/dev/null 2>&1 || bail "missing tool on the host: $tool (run scripts/bootstrap deps)"
 done
 for f in /lib/systemd/systemd /lib/systemd/systemd-udevd /lib/systemd/system-generators/systemd-fstab-generator \
@@ -234,11 +235,12 @@ fetch_kernel() {
 # Uncompressed: TCG unpacks that faster than it inflates gzip.
 
 # Programs the guest runs, from this machine (busybox covers the rest;
-# stress-ng is the memory scenarios' hog; ip (iproute2: netns, veth),
-# qemu-nbd and nbd-server the remote scenario's).
+# stress-ng is the memory scenarios' hog, and diffutils' cmp compares what
+# they read back several times faster than busybox's; ip (iproute2: netns,
+# veth), qemu-nbd and nbd-server the remote scenario's).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs dmsetup stress-ng ip qemu-nbd nbd-server"
+  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
