@@ -117,28 +117,15 @@ set_link (struct link *l, const char *state, const char *why)
 }
 
 /* The device is gone (autoclear, a detach by other means): so is the
- * reason to watch it.  Its files are removed while the record is still
- * ours, under the run directory's lock (see supervise.c's device_gone).
+ * reason to watch it (state_forget_device says which files go).
  */
 static void __attribute__ ((noreturn))
 device_gone (struct link *l, unsigned lock_ms)
 {
-  struct record cur, mine = l->rec;
-  int lock;
-
   say ("%s is no longer connected: exiting", l->rec.device);
   watchdog_close (&l->wd);
   placement_leave (l->rec.cgroup);
-  lock = state_lock_within (lock_ms);
-  if (lock >= 0 && !nbd_connected (l->idx))
-    device_drop_partitions (l->rec.device);
-  if (lock == -1 ||
-      (record_load_device (l->rec.device, &cur) == 0 &&
-       strcmp (cur.backend, l->rec.backend) != 0))
-    mine.device[0] = '\0';
-  state_remove (&mine);
-  if (lock >= 0)
-    close (lock);
+  state_forget_device (&l->rec, l->idx, lock_ms);
   claim_drop (l->claim, l->rec.name);
   exit (EXIT_OK);
 }

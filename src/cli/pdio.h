@@ -489,6 +489,8 @@ extern int record_load_device (const char *device, struct record *r);
  * claim: socket, pid file, logs and record.  The one place that does.
  */
 extern void state_remove (const struct record *r);
+extern void state_forget_device (const struct record *rec, int idx,
+                                 unsigned lock_ms);
 
 /* --- claim.c: one attachment per image ----------------------------------- */
 /* An image's identity, as a file name: "img-DEV-INO" for a file (any path

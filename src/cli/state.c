@@ -311,3 +311,27 @@ state_remove (const struct record *r)
   state_path (r->device, "rec", path, sizeof path);
   unlink (path);
 }
+
+/* A supervisor whose device went away removes its files, but the device's
+ * number may already be another attachment's: the device's own files go
+ * only while the record there is still ours (the same backend), under the
+ * run directory's lock, which an attach holds from connecting to writing
+ * its record; waited for up to lock_ms (a detach that holds it cleans up
+ * itself).
+ */
+void
+state_forget_device (const struct record *rec, int idx, unsigned lock_ms)
+{
+  struct record cur, mine = *rec;
+  int lock = state_lock_within (lock_ms);
+
+  if (lock >= 0 && !nbd_connected (idx))
+    device_drop_partitions (rec->device);
+  if (lock == -1 ||
+      (record_load_device (rec->device, &cur) == 0 &&
+       strcmp (cur.backend, rec->backend) != 0))
+    mine.device[0] = '\0';
+  state_remove (&mine);
+  if (lock >= 0)
+    close (lock);
+}

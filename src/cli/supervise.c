@@ -492,18 +492,11 @@ watch (struct sup *s)
 }
 
 /* The device is gone (autoclear, or disconnected by other means): so is
- * the reason to serve it.  Its number may already be another
- * attachment's: the device's files are removed only while the record is
- * still ours, under the run directory's lock (which an attach holds from
- * connecting to writing its record), waited for up to lock_ms: a detach
- * that holds it cleans up itself.
+ * the reason to serve it (state_forget_device says which files go).
  */
 static void __attribute__ ((noreturn))
 device_gone (struct sup *s, unsigned lock_ms)
 {
-  struct record cur, mine = s->rec;
-  int lock;
-
   say ("%s is no longer connected: stopping server pid %d and exiting",
        s->rec.device, (int) s->rec.server_pid);
   watchdog_close (&s->wd);
@@ -513,16 +506,7 @@ device_gone (struct sup *s, unsigned lock_ms)
   }
   placement_leave (s->rec.cgroup);
   image_lock_free (s->rec.image, 2000);
-  lock = state_lock_within (lock_ms);
-  if (lock >= 0 && !nbd_connected (s->idx))
-    device_drop_partitions (s->rec.device);
-  if (lock == -1 ||
-      (record_load_device (s->rec.device, &cur) == 0 &&
-       strcmp (cur.backend, s->rec.backend) != 0))
-    mine.device[0] = '\0';
-  state_remove (&mine);
-  if (lock >= 0)
-    close (lock);
+  state_forget_device (&s->rec, s->idx, lock_ms);
   claim_drop (s->claim, s->rec.name);
   exit (EXIT_OK);
 }
