@@ -271,6 +271,8 @@ extern void placement_remove (const char *cg);
 extern bool set_io_flusher (char *why, size_t len);
 /* oom_score_adj -1000 for this process (inherited by its children). */
 extern bool set_oom_protected (char *why, size_t len);
+/* PR_SET_THP_DISABLE for this process and its children, across exec. */
+extern void no_huge_pages (void);
 /* mlockall(MCL_CURRENT | MCL_FUTURE). */
 extern bool lock_memory (char *why, size_t len);
 /* 1 if every thread of pid has PF_MEMALLOC_NOIO and PF_LOCAL_THROTTLE

@@ -175,6 +175,7 @@ serve_protect (bool oom_protect)
 {
   char why[192];
 
+  no_huge_pages ();
   if (!set_io_flusher (why, sizeof why))
     warnf (CMD ": warning: %s: serving without it; attached on this "
            "machine, its device could stall under memory pressure", why);

@@ -177,7 +177,7 @@ OD_PSS_MAX_KIB=4096
 # One reading of every device's PSS and pinned memory; true if each is
 # within its bound.
 od_pss_read() {
-    total=0 n=0 max=0 maxdev= bad=0 first_bad= dead=0
+    total=0 n=0 max=0 maxdev= maxsplit= bad=0 first_bad= dead=0 thp=0
     while read -r i d; do
         s=$(od_field "$d" server_pid)
         v=$(od_field "$d" supervisor_pid)
@@ -186,9 +186,19 @@ od_pss_read() {
             dead=$((dead + 1))
             continue
         fi
-        p=$(($(od_pss_kib "$s") + $(od_pss_kib "$v")))
+        ps=$(od_pss_kib "$s") pv=$(od_pss_kib "$v")
+        p=$((ps + pv))
         total=$((total + p))
-        [ "$p" -le "$max" ] || { max=$p maxdev=$d; }
+        [ "$p" -le "$max" ] || {
+            max=$p maxdev=$d
+            maxsplit="server $ps KiB, supervisor $pv KiB, huge pages $(awk '/^AnonHugePages:/ { print $2 }' "/proc/$s/smaps_rollup") KiB"
+        }
+        # A 2 MiB transparent huge page, faulted in by one touch, would
+        # double an idle server: both processes run with them disabled.
+        for q in "$s" "$v"; do
+            [ "$(awk '/^THP_enabled:/ { print $2 }' "/proc/$q/status")" = 0 ] ||
+                thp=$((thp + 1))
+        done
         pin=$(awk '/^VmPin:/ { print $2 }' "/proc/$s/status")
         lck=$(awk '/^VmLck:/ { print $2 }' "/proc/$s/status")
         if [ "$pin $lck" != "$SRV_RESERVE_PIN_KB $SRV_RESERVE_LCK_KB" ]; then
@@ -197,7 +207,8 @@ od_pss_read() {
         fi
         n=$((n + 1))
     done < "$STATE/od.devs"
-    [ "$dead" = 0 ] && [ "$max" -le "$OD_PSS_MAX_KIB" ] && [ "$bad" = 0 ]
+    [ "$dead" = 0 ] && [ "$max" -le "$OD_PSS_MAX_KIB" ] && [ "$bad" = 0 ] &&
+        [ "$thp" = 0 ]
 }
 
 # A server gives its pool back after WORKER_IDLE_SECS (5 s) without I/O,
@@ -211,11 +222,12 @@ od_pss() {
         sleep 2
     done
     echo "$((total / n))" > "$STATE/od.pss_kib"
-    detail "read $(od_secs $(($(od_now) - t0))) s after the last I/O (TCG); $n servers and supervisors alive, $dead dead; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev; limit $OD_PSS_MAX_KIB); each server's VmPin $SRV_RESERVE_PIN_KB kB and VmLck $SRV_RESERVE_LCK_KB kB${first_bad:+ but for $bad (first $first_bad)}"
+    detail "read $(od_secs $(($(od_now) - t0))) s after the last I/O (TCG); $n servers and supervisors alive, $dead dead; PSS $((total / 1024)) MiB in all, $(cat "$STATE/od.pss_kib") KiB per device, at most $max KiB ($maxdev: $maxsplit; limit $OD_PSS_MAX_KIB); $thp processes with transparent huge pages; each server's VmPin $SRV_RESERVE_PIN_KB kB and VmLck $SRV_RESERVE_LCK_KB kB${first_bad:+ but for $bad (first $first_bad)}"
     [ "$n" = "$OD_N" ]
     [ "$dead" = 0 ]
     [ "$max" -le "$OD_PSS_MAX_KIB" ]
     [ "$bad" = 0 ]
+    [ "$thp" = 0 ]
 }
 
 od_detach_all() {
