@@ -42,7 +42,7 @@ SERVER_HANDSHAKE_C = %reldir%/server/handshake.c
 SERVER_C = $(SERVER_HANDSHAKE_C) \
 	%reldir%/server/conn.c %reldir%/server/cmd.c %reldir%/server/worker.c \
 	%reldir%/server/server.c %reldir%/server/handover.c \
-	%reldir%/server/tls.c
+	%reldir%/server/tls.c %reldir%/server/devstats.c
 SERVER_H = %reldir%/server/handshake.h %reldir%/server/include/server.h \
 	%reldir%/server/internal.h %reldir%/server/cmd.h \
 	%reldir%/server/handover.h %reldir%/server/tls.h

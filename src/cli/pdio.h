@@ -693,6 +693,8 @@ struct server_opts {
   bool take_over;               /* native: start as the successor of the
                                    server listening on handover */
   bool swap;                    /* --swap: lock its memory, keep it */
+  char stats[PATH_MAX];         /* native: the counters' file
+                                   (RUNDIR/NAME.stats), or "" */
 };
 /* The server's command line, and the strings it points into. */
 struct server_cmd {
@@ -834,6 +836,7 @@ struct native_serve {
                                    sockets and connections), or NULL */
   bool oom_protect;             /* oom_score_adj -1000 */
   bool swap;                    /* mlockall, and no pool memory given back */
+  const char *stats;            /* the counters' file (pdio stats), or NULL */
 };
 /* Serves in this process until SIGINT/SIGTERM/SIGHUP; an exit code. */
 extern int serve_native (const struct native_serve *o);

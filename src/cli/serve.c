@@ -51,6 +51,7 @@ struct serve_opts {
   bool oom_protect;             /* oom_score_adj -1000 */
   bool swap;                    /* memory locked and kept; implies
                                    oom_protect */
+  const char *stats;            /* native server: --stats */
 };
 
 static void
@@ -99,6 +100,8 @@ usage (FILE *fp)
 "                         the server (pdio attach's servers have it)\n"
 "      --exit-with-parent  stop (as on SIGTERM) when the process that\n"
 "                         started it exits\n"
+"      --stats FILE       keep the counters pdio stats --file reads in\n"
+"                         FILE (pdio attach: RUNDIR/NAME.stats)\n"
 "      --swap             for swap on a device it serves: all of the\n"
 "                         server's memory is locked (mlockall) and never\n"
 "                         given back; implies --oom-protect\n"
@@ -201,6 +204,7 @@ parse (int argc, char **argv, struct serve_opts *o)
     { "take-over", required_argument, NULL, 'O' },
     { "oom-protect", no_argument, NULL, 'o' },
     { "swap", no_argument, NULL, 'w' },
+    { "stats", required_argument, NULL, 'S' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -295,6 +299,7 @@ parse (int argc, char **argv, struct serve_opts *o)
     case 'O': o->take_over = optarg; break;
     case 'o': o->oom_protect = true; break;
     case 'w': o->swap = o->oom_protect = true; break;
+    case 'S': o->stats = optarg; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -316,6 +321,11 @@ parse (int argc, char **argv, struct serve_opts *o)
     errorf (CMD ": --threads, --pidfile, --handover-socket and --take-over "
             "are for pdio's own server, not --nbdkit (nbdkit cannot hand its "
             "connections over)");
+    return EXIT_USAGE;
+  }
+  if (o->nbdkit && o->stats) {
+    errorf (CMD ": --stats is for pdio's own server, not --nbdkit (nbdkit "
+            "has its stats filter)");
     return EXIT_USAGE;
   }
   if (o->take_over && o->handover && strcmp (o->take_over, o->handover)) {
@@ -489,7 +499,7 @@ cmd_serve (int argc, char **argv)
         .handshake_secs = o.handshake_secs, .tls = o.tlsc,
         .handover = o.take_over ? o.take_over : o.handover,
         .take_over = o.take_over, .oom_protect = o.oom_protect,
-        .swap = o.swap,
+        .swap = o.swap, .stats = o.stats,
       });
   if (!find_program ("PDIO_NBDKIT", "nbdkit", nbdkit, sizeof nbdkit)) {
     errorf (CMD ": nbdkit not found (%s): install it (apt-get install "

@@ -296,7 +296,7 @@ serve_native (const struct native_serve *o)
       .handshake_secs = o->handshake_secs, .tls = tls,
       .handover_fd = hfd, .take_over = o->take_over,
       .listen_path = o->socket, .taken = &taken,
-      .keep_memory = o->swap,
+      .keep_memory = o->swap, .stats_path = o->stats,
     }, fd, &sigs, ready, &a, &handed);
   handover_free (&taken);
   /* The paths stay for the successor, even one whose hand-over failed

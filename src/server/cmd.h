@@ -97,7 +97,15 @@ struct nbd_cmd {
   size_t payload_len;
   struct nbd_extents extents;   /* BLOCK_STATUS: built in buf */
   struct nbd_stream *stream;    /* a streamed READ or WRITE, or NULL */
+  /* The device's counters (devstats.c): when its header came in, and
+   * whether it is counted in flight (NBD_CMD_STATS_*).
+   */
+  uint64_t received_ns;
+  uint8_t stats;
 };
+#define NBD_CMD_STATS_NONE 0
+#define NBD_CMD_STATS_STARTED 1
+#define NBD_CMD_STATS_DONE 2
 
 /* The pool memory a command needs for a request that passed
  * nbd_check_request (0: none).

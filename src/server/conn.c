@@ -157,6 +157,7 @@ struct conn {
   struct nbd_request pending;   /* the parsed header being started */
   uint64_t pending_round;       /* the engine round it came in (the file
                                    check's answer from then on will do) */
+  uint64_t pending_ns;          /* and when (devstats_clock) */
   struct nbd_cmd *rx_cmd;       /* RX_PAYLOAD, RX_DISCARD (its reply) */
   size_t payload_got;
   uint32_t discard_left;        /* RX_DISCARD */
@@ -344,6 +345,7 @@ release_buf (struct conn *c, struct nbd_cmd *cmd)
 static void
 nbd_cmd_free (struct conn *c, struct nbd_cmd *cmd)
 {
+  devstats_gone (c->w, cmd, true);
   release_buf (c, cmd);
   stream_free (c, cmd);
   c->n_cmds--;
@@ -484,6 +486,8 @@ handed (struct conn *c)
       }
       memcpy (h.payload, c->rx_cmd->buf, h.payload_got);
     }
+    /* The successor counts it. */
+    devstats_gone (c->w, c->rx_cmd, false);
     nbd_cmd_free (c, c->rx_cmd);
     c->rx_cmd = NULL;
     break;
@@ -714,10 +718,12 @@ sent_transmission (struct conn *c, size_t bytes)
     if (cmd->stream) {
       if (!nbd_stream_sent (cmd))
         break;                  /* more of it to come, nothing else first */
+      devstats_replied (c->w, cmd);
       STAILQ_REMOVE_HEAD (&c->replies, link);
       stream_let_go (c, cmd);
       continue;
     }
+    devstats_replied (c->w, cmd);
     STAILQ_REMOVE_HEAD (&c->replies, link);
     nbd_cmd_free (c, cmd);
   }
@@ -1108,6 +1114,7 @@ start_request (struct conn *c)
   cmd->size = c->s.size;
   cmd->buf = buf;
   cmd->buf_len = need;
+  devstats_received (c->w, cmd, c->pending_ns);
   c->pool_held += need ? pdio_buf_cost (need) : 0;
   if (v.error == 0 && nbd_cmd_streamed (r) &&
       (cmd->stream = stream_new (c)) == NULL) {
@@ -1165,6 +1172,7 @@ header_complete (struct conn *c)
   c->hdr_got = 0;
   c->payload_got = 0;
   c->pending_round = pdio_thread_round (thr (c));
+  c->pending_ns = devstats_clock (c->w);
   if (!nbd_parse_request (c->hdr, &c->pending)) {
     conn_abort (c, "bad request magic");
     return;

@@ -79,6 +79,7 @@ struct server_ctx {
   unsigned max_connections;
   bool rings_at_start;          /* every worker makes its ring at start */
   bool keep_memory;             /* never trim the pools (--swap) */
+  struct pdio_devstats *stats;  /* the counters, slot i worker i's; or NULL */
 };
 
 /* A connection handed to a worker is closed (server.c). */
@@ -142,6 +143,18 @@ extern void worker_wait_ended (struct worker *w);
  * it cannot be kept (out of memory): c stays the caller's.
  */
 extern bool worker_handed (struct worker *w, const struct handover_conn *c);
+
+/* devstats.c, on the worker's thread: the time a header came in (0 when
+ * nothing is counted); cmd counted in flight from then; its reply sent;
+ * it ends without one (dropped: lost, not handed to a successor).
+ */
+struct nbd_cmd;
+extern uint64_t devstats_clock (const struct worker *w);
+extern void devstats_received (struct worker *w, struct nbd_cmd *cmd,
+                               uint64_t at);
+extern void devstats_replied (struct worker *w, struct nbd_cmd *cmd);
+extern void devstats_gone (struct worker *w, struct nbd_cmd *cmd,
+                           bool dropped);
 
 /* conn.c, all on the worker's thread. */
 extern void conn_list_init (struct worker *w);

@@ -373,10 +373,21 @@ gather (struct worker *workers, unsigned n, struct handover *out)
   }
 }
 
-int
-pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
-                 const sigset_t *stop_signals, void (*ready) (void *opaque),
-                 void *opaque, struct handover *handed)
+static unsigned
+worker_count (const struct pdio_server_config *cfg)
+{
+  long cpus;
+
+  if (cfg->threads)
+    return cfg->threads;
+  cpus = sysconf (_SC_NPROCESSORS_ONLN);
+  return cpus > 0 ? cpus : 1;
+}
+
+static int
+serve (const struct pdio_server_config *cfg, struct pdio_devstats *stats,
+       int listen_fd, const sigset_t *stop_signals,
+       void (*ready) (void *opaque), void *opaque, struct handover *handed)
 {
   atomic_uint live = 0;
   struct server_ctx ctx = {
@@ -390,7 +401,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   };
   struct pdio_info info;
   struct worker *workers;
-  unsigned n = cfg->threads;
+  unsigned n = worker_count (cfg);
   int sig_fd, succ, hfd = cfg->handover_fd, err = 0;
   pid_t peer = 0;
 
@@ -405,11 +416,7 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
   ctx.can_extents = info.can_extents;
   ctx.rings_at_start = cfg->take_over != NULL;
   ctx.keep_memory = cfg->keep_memory;
-  if (n == 0) {
-    long cpus = sysconf (_SC_NPROCESSORS_ONLN);
-
-    n = cpus > 0 ? cpus : 1;
-  }
+  ctx.stats = stats;
   sig_fd = signalfd (-1, stop_signals, SFD_CLOEXEC);
   if (sig_fd == -1) {
     err = -errno;
@@ -470,4 +477,24 @@ pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
     close (hfd);
   end_workers (workers, n, true, sig_fd);
   return 0;
+}
+
+int
+pdio_server_run (const struct pdio_server_config *cfg, int listen_fd,
+                 const sigset_t *stop_signals, void (*ready) (void *opaque),
+                 void *opaque, struct handover *handed)
+{
+  struct pdio_devstats_map m = { .fd = -1 };
+  int r;
+
+  /* A successor goes on where its predecessor was; any other server
+   * starts after one that died with requests in flight, if any.
+   */
+  if (cfg->stats_path &&
+      (r = pdio_devstats_open (cfg->stats_path, worker_count (cfg), true,
+                               cfg->take_over == NULL, &cfg->log, &m)) < 0)
+    return r;
+  r = serve (cfg, m.h, listen_fd, stop_signals, ready, opaque, handed);
+  pdio_devstats_close (&m);
+  return r;
 }
