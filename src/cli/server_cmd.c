@@ -40,6 +40,10 @@ native_argv (const struct server_opts *o, struct server_cmd *c)
   }
   if (o->swap)
     argv[i++] = "--swap";
+  if (o->stats[0]) {
+    argv[i++] = "--stats";
+    argv[i++] = o->stats;
+  }
   argv[i++] = "--";
   argv[i++] = o->image;
   argv[i] = NULL;
@@ -119,7 +123,9 @@ record_server_opts (const struct record *r, const char *pdio,
   };
 
   /* nbdkit cannot hand its connections over: restarts replace it. */
-  if (o.native)
+  if (o.native) {
     state_path (r->name, "handover", o.handover, sizeof o.handover);
+    state_path (r->name, "stats", o.stats, sizeof o.stats);
+  }
   return o;
 }

@@ -293,7 +293,7 @@ void
 state_remove (const struct record *r)
 {
   static const char *const named[] = {
-    "sock", "handover", "pid", "log", "log.prev",
+    "sock", "handover", "pid", "log", "log.prev", "stats",
   };
   char path[PATH_MAX];
 

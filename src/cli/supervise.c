@@ -41,6 +41,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server.h"
 #include "pdio.h"
 
 #define RESTART_WINDOW_S 60
@@ -90,6 +92,7 @@ struct sup {
   char requested_how[PATH_MAX + 320]; /* why the hand-over was not done */
   long recent[MAX_RESTARTS];    /* ms of the last restarts, a ring */
   unsigned nrecent;
+  struct pdio_devstats_map stats; /* the device's counters, once mapped */
 };
 
 static void __attribute__ ((format (printf, 1, 2)))
@@ -106,6 +109,48 @@ say (const char *fmt, ...)
   va_end (ap);
   fputc ('\n', stderr);
   fflush (stderr);
+}
+
+static void
+stats_error (const char *fmt, va_list args)
+{
+  char msg[PATH_MAX + 128];
+
+  vsnprintf (msg, sizeof msg, fmt, args);
+  say ("%s: not counting restarts there", msg);
+}
+
+/* The device's counters, where the servers keep them (pdio serve
+ * --stats): the supervisor adds what only it sees.  NULL without (nbdkit)
+ * or if the file cannot be had; tried again next time.
+ */
+static struct pdio_devstats *
+stats (struct sup *s)
+{
+  const struct pdio_log log = { .error = stats_error };
+
+  if (s->stats.h == NULL && s->so.stats[0])
+    pdio_devstats_open (s->so.stats, 0, false, false, &log, &s->stats);
+  return s->stats.h;
+}
+
+/* One more of a counter, and a pause of ms (or -1: none) the device saw. */
+static void
+count (struct sup *s, size_t field, long pause_ms)
+{
+  struct pdio_devstats *h = stats (s);
+  uint64_t *p, ns;
+
+  if (h == NULL)
+    return;
+  p = (uint64_t *) ((char *) h + field);
+  pdio_devstats_set (p, pdio_devstats_get (p) + 1);
+  if (pause_ms < 0)
+    return;
+  ns = (uint64_t) pause_ms * 1000000;
+  pdio_devstats_set (&h->last_pause_ns, ns);
+  if (ns > pdio_devstats_get (&h->longest_pause_ns))
+    pdio_devstats_set (&h->longest_pause_ns, ns);
 }
 
 bool
@@ -333,6 +378,7 @@ restart (struct sup *s, long died)
       s->rec.gave_up = false;
       save (s);
       drain_events (s);
+      count (s, offsetof (struct pdio_devstats, restarts), now_ms () - died);
       say ("restart %u: server pid %d serves %s again; connections handed "
            "to %s %ld ms after the old server died", s->rec.restarts,
            (int) s->rec.server_pid, s->rec.image, s->rec.device,
@@ -403,6 +449,7 @@ link_dead (struct sup *s)
   if (device_reconnect (&s->rec, why, sizeof why)) {
     say ("a connection of %s died with the server alive: handed it a fresh "
          "one", s->rec.device);
+    count (s, offsetof (struct pdio_devstats, reconnects), -1);
     drain_events (s);
     return;
   }
@@ -542,6 +589,10 @@ hand_over (struct sup *s, char *why, size_t len)
   pid = start_logged (s, &so, why, len);
   if (pid <= 0)
     return false;
+  /* The requests waited at most the successor's start (the old server
+   * serves until the successor asks): an upper bound of the pause.
+   */
+  count (s, offsetof (struct pdio_devstats, handovers), now_ms () - t0);
   reap_handed (old);
   s->rec.server_pid = pid;
   say ("server pid %d took the live connections of %s over from pid %d "
