@@ -64,6 +64,7 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_WAIT_C) \
 	$(CLI_URI_C) $(CLI_LINK_POLICY_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
 	%reldir%/cli/list.c %reldir%/cli/serve.c %reldir%/cli/serve_native.c \
+	%reldir%/cli/stats.c \
 	%reldir%/cli/restart.c %reldir%/cli/resize.c %reldir%/cli/mount_pdio.c \
 	%reldir%/cli/umount_pdio.c %reldir%/cli/supervise.c \
 	%reldir%/cli/announce.c %reldir%/cli/daemon.c \

@@ -30,6 +30,8 @@ usage (FILE *fp)
 "                       the device takes the image's (new) size\n"
 "  serve [-r] [--socket PATH | --port PORT] IMAGE\n"
 "                       serve IMAGE in the foreground, print how to attach\n"
+"  stats [--json | --prometheus | --watch S] [DEVICE|IMAGE | --file FILE]\n"
+"                       each device's counters and latency percentiles\n"
 "\n"
 "pdio COMMAND --help shows a command's options; man pdio has it all.\n"
 "\n"
@@ -56,6 +58,7 @@ main (int argc, char **argv)
     { "serve", cmd_serve },
     { "restart", cmd_restart },
     { "resize", cmd_resize },
+    { "stats", cmd_stats },
   };
 
   /* mount(8) runs /sbin/mount.pdio, and umount(8) /sbin/umount.pdio,

@@ -93,7 +93,7 @@ _pdio()
     case $cmd in
     attach | serve)
         _filedir ;;
-    detach | restart | resize)
+    detach | restart | resize | stats)
         COMPREPLY=($(compgen -W "$(_pdio_attached "$pdio")" -- "$cur")) ;;
     esac
 }

@@ -1003,6 +1003,7 @@ extern int cmd_list (int argc, char **argv);
 extern int cmd_serve (int argc, char **argv);
 extern int cmd_restart (int argc, char **argv);
 extern int cmd_resize (int argc, char **argv);
+extern int cmd_stats (int argc, char **argv);
 extern int cmd_mount (int argc, char **argv);
 extern int cmd_umount (int argc, char **argv);
 
