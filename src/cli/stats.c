@@ -138,10 +138,13 @@ take (const char *path, struct snap *s)
   return true;
 }
 
-/* Every device asked for, read now.  file: --file; what: the operand. */
+/* Every device asked for, read now, from the --file or the records;
+ * with cached, the image's page cache too (mincore over all of it: not
+ * for every interval of --watch, which does not show it).
+ */
 static struct snap *
 snapshot (const char *file, const struct record *recs, size_t n,
-          size_t *out_n)
+          bool cached, size_t *out_n)
 {
   struct snap *v = calloc (n ? n : 1, sizeof *v);
 
@@ -169,7 +172,7 @@ snapshot (const char *file, const struct record *recs, size_t n,
     s->at_ns = mono_ns ();
     take (path, s);
     read_kstat (s->device, &s->k);
-    s->cached = image_cached_bytes (s->image);
+    s->cached = cached ? image_cached_bytes (s->image) : -1;
     (*out_n)++;
   }
   return v;
@@ -588,16 +591,24 @@ watch (const char *file, const struct record *recs, size_t nrec,
        unsigned secs)
 {
   struct snap *a, *b;
+  struct timespec next;
   size_t na, nb;
 
-  a = snapshot (file, recs, nrec, &na);
+  a = snapshot (file, recs, nrec, false, &na);
   if (a == NULL) {
     errorf (CMD ": %m");
     return EXIT_FAILED;
   }
+  /* On a fixed schedule, so that reading does not stretch the intervals
+   * (each rate is over the time its two readings were apart anyway).
+   */
+  clock_gettime (CLOCK_MONOTONIC, &next);
   for (;;) {
-    sleep (secs);
-    b = snapshot (file, recs, nrec, &nb);
+    next.tv_sec += secs;
+    while (clock_nanosleep (CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) ==
+           EINTR)
+      ;
+    b = snapshot (file, recs, nrec, false, &nb);
     if (b == NULL) {
       errorf (CMD ": %m");
       free (a);
@@ -687,7 +698,7 @@ cmd_stats (int argc, char **argv)
       free (recs);
     return rc;
   }
-  v = snapshot (file, recs, n, &nv);
+  v = snapshot (file, recs, n, true, &nv);
   if (v == NULL) {
     errorf (CMD ": %m");
     rc = EXIT_FAILED;
