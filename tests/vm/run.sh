@@ -29,7 +29,9 @@
 #                       serve), tls (nbd-client -enable-tls
 #                       against pdio serve on the guest's loopback), remote
 #                       (pdio attach nbd://... across a veth pair between
-#                       two network namespaces), and
+#                       two network namespaces), stats (pdio stats: the
+#                       counters across a hand-over and a SIGKILL, and
+#                       --watch against fio), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
@@ -67,7 +69,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,stats,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -114,6 +116,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
     remote) ;;
+    stats) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# --- pdio stats: the counters outlive the server, and match fio ------------------
+# A device attached with pdio's own server; 256 O_DIRECT writes of 4 KiB
+# by dd (each one request: nothing merges a synchronous direct write) are
+# counted exactly, by pdio stats and by the kernel, before and after a
+# hand-over (pdio restart), and after a SIGKILL of the server: the counts
+# go on from where they were, with the hand-over, the restart and the
+# server starts counted.  Then fio reads at random while pdio stats
+# --watch 1 prints rates: their mean over the intervals wholly inside
+# fio's run is within 10 % of fio's own IOPS (a ratio of two counts of
+# the same requests, not a timing; TCG's rate varies from second to
+# second, so the window must be fio's).  detach removes the counters.
+ST_WRITES=256
+
+st_json() { pdio stats --json "$(rc_dev)"; }
+# st_get JQ: one number from pdio stats --json's device.
+st_get() { st_json | jq -r ".devices[0]$1"; }
+st_kernel_writes() { awk '{ print $5 }' "/sys/block/nbd$(rc_idx)/stat"; }
+
+# st_writes LABEL: dd's writes are counted, by pdio and the kernel alike.
+st_writes() {
+    w0=$(st_get .operations.write.requests)
+    b0=$(st_get .operations.write.bytes)
+    k0=$(st_kernel_writes)
+    dd if=/dev/urandom of="$(rc_dev)" bs=4096 count=$ST_WRITES oflag=direct \
+        seek=$((${st_seek:=0} * ST_WRITES)) 2> /dev/null
+    st_seek=$((st_seek + 1))
+    w1=$(st_get .operations.write.requests)
+    b1=$(st_get .operations.write.bytes)
+    k1=$(st_kernel_writes)
+    echo "$1: writes $w0 -> $w1, bytes $b0 -> $b1, kernel writes $k0 -> $k1"
+    [ $((w1 - w0)) = $ST_WRITES ] && [ $((b1 - b0)) = $((ST_WRITES * 4096)) ] &&
+        [ $((k1 - k0)) = $ST_WRITES ]
+}
+
+st_attach() {
+    SERVER=native
+    rm -f "$RC_IMG"
+    truncate -s "$RC_SIZE" "$RC_IMG"
+    echo "$RC_IMG" > "$STATE/img"
+    pdio attach "$RC_IMG" > "$STATE/rc.dev"
+    name=$(sed -n 's/^name=//p' "$PDIO_RUN/nbd$(rc_idx).rec")
+    [ -f "$PDIO_RUN/$name.stats" ] || { echo "no $PDIO_RUN/$name.stats"; return 1; }
+    echo "$PDIO_RUN/$name.stats" > "$STATE/st.file"
+    pdio stats "$(rc_dev)"
+    st_writes "attached"
+    [ "$(st_get .server_starts)" = 1 ]
+    detail "$(rc_dev): $(pdio stats "$(rc_dev)" | grep '^  write ' | tr -s ' ')"
+}
+
+st_handover() {
+    old=$(rc_field server_pid)
+    w0=$(st_get .operations.write.requests)
+    pdio restart "$(rc_dev)"
+    [ "$(rc_field server_pid)" != "$old" ]
+    w1=$(st_get .operations.write.requests)
+    [ "$w1" = "$w0" ] || { echo "writes $w0 before the hand-over, $w1 after"; return 1; }
+    st_writes "after the hand-over"
+    [ "$(st_get .handovers)" = 1 ] && [ "$(st_get .server_starts)" = 2 ]
+    detail "hand-overs $(st_get .handovers), servers $(st_get .server_starts), writes $(st_get .operations.write.requests), pause bound $(st_get .last_pause_ns) ns"
+}
+
+st_kill() {
+    old=$(rc_field server_pid)
+    r0=$(rc_field restarts)
+    w0=$(st_get .operations.write.requests)
+    kill -KILL "$old"
+    wait_until 60 rc_replaced $((r0 + 1)) "$old" ||
+        { echo "no new server 60 s after SIGKILL"; return 1; }
+    [ "$(st_get .operations.write.requests)" = "$w0" ]
+    st_writes "after SIGKILL"
+    [ "$(st_get .restarts)" = 1 ] && [ "$(st_get .server_starts)" = 3 ]
+    [ "$(st_get .longest_pause_ns)" -gt 0 ]
+    for op in read write flush; do
+        [ "$(st_get ".operations.$op.in_flight")" = 0 ] ||
+            { echo "$op: $(st_get ".operations.$op.in_flight") in flight at rest"; return 1; }
+    done
+    detail "restarts $(st_get .restarts), servers $(st_get .server_starts), writes $(st_get .operations.write.requests), longest pause $(($(st_get .longest_pause_ns) / 1000000)) ms (TCG)"
+}
+
+st_fio() {
+    pdio stats --watch 1 "$(rc_dev)" > "$STATE/st.watch" &
+    wpid=$!
+    sleep 1
+    fio --name=st --filename="$(rc_dev)" --rw=randread --bs=4k --direct=1 \
+        --ioengine=libaio --iodepth=16 --time_based --runtime=12 \
+        --size=64m --output-format=json > "$STATE/st.fio.json"
+    sleep 2
+    kill "$wpid"
+    wait "$wpid" 2> /dev/null || true
+    fio_iops=$(jq '.jobs[0].read.iops' "$STATE/st.fio.json")
+    # The intervals wholly inside fio's run: those with reads, but the
+    # first and the last (fio started and ended within them).
+    awk '$1 ~ /^\/dev\/nbd/ && $2 > 0 { print $2 }' "$STATE/st.watch" > "$STATE/st.rates"
+    n=$(wc -l < "$STATE/st.rates")
+    mean=$(awk -v n="$n" 'NR > 1 && NR < n { s += $1; k++ }
+                          END { if (k) printf "%.1f", s / k }' "$STATE/st.rates")
+    cat "$STATE/st.watch"
+    tap_diag "stats --watch 1 during fio randread 4k qd16 (TCG): fio $fio_iops IOPS, pdio stats mean ${mean:-none} r/s over $((n - 2)) intervals"
+    detail "fio $fio_iops IOPS, pdio stats --watch ${mean:-none} r/s"
+    [ -n "$mean" ] && awk -v a="$mean" -v b="$fio_iops" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.10 * b) }'
+}
+
+st_detach() {
+    f=$(cat "$STATE/st.file")
+    pdio detach "$(rc_dev)"
+    srv_no_state
+    srv_no_server
+    [ ! -e "$f" ] || { echo "$f left behind"; return 1; }
+}
+
+scenario_stats() {
+    step "stats: pdio attach; $ST_WRITES direct writes counted exactly by pdio stats and the kernel" st_attach
+    step "stats: pdio restart (hand-over): the counters carry on, the hand-over counted" st_handover
+    step "stats: SIGKILL of the server: the counters carry on, the restart and its pause counted, nothing in flight" st_kill
+    step "stats: pdio stats --watch 1 during fio randread: rates within 10 % of fio's IOPS" st_fio
+    step "stats: pdio detach removes the counters with the rest" st_detach
+}
