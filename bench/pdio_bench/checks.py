@@ -13,6 +13,7 @@ from .checker import (REGRESSION, REGRESSION_TOLERANCE, SEQ_JOBS, SPEED_JOBS,
 from .fio import JOB_BY_NAME, JOBS
 from .results import has_memory, has_native, memory_of, peak_rss_mib
 from .servers import (ALIGN_CHECK, NATIVE, NATIVE_SCALING_JOBS, NBDKIT_ROWS,
+                      STATS_JOBS,
                       is_native_row, is_nbdkit_row)
 
 # The 4k jobs the CPU-per-I/O target covers, and the QD32 ones the
@@ -367,6 +368,16 @@ def check_no_regression_same_run(c):
                   c.ratio("pdio-nbdkit", j, "pdio-nbdkit-base"), REGRESSION_TOLERANCE)
 
 
+def check_stats_cost(c):
+    """The device's counters: pdio serve --stats against the same server
+    counting nothing, in the same repetitions: at most 2 % apart."""
+    if not c.has("pdio-stats"):
+        return
+    for j in STATS_JOBS:
+        c.verdict("counters cost: pdio-stats / pdio, %s" % j,
+                  c.ratio("pdio-stats", j, "pdio"), 0.98)
+
+
 def state_thread_scaling(c):
     """--threads 2 against --threads 1: stated, not a target (on 2 vCPUs
     fio shares the CPUs with the server)."""
@@ -406,6 +417,7 @@ def native_server_targets(c, cfg):
     check_memory_follows_load(c)
     check_no_regression(c, cfg)
     check_no_regression_same_run(c)
+    check_stats_cost(c)
     state_thread_scaling(c)
     check_clean_exit(c)
 

@@ -52,6 +52,20 @@ def native_server(img, threads=None):
                   jobs=NATIVE_SCALING_JOBS)
 
 
+# What the device's counters (pdio serve --stats) cost: the same server
+# counting into a file on tmpfs, as an attached one does, against the
+# pdio row, which counts nothing.
+STATS_JOBS = ["rr4k-qd32"]
+STATS_FILE = "/dev/shm/pdio-bench.stats"
+
+
+def native_stats_server():
+    return Server("pdio-stats", "pdio serve --stats (the device's counters "
+                  "kept), io_uring, threads = one per CPU", "native",
+                  ["--backend", "io_uring", "--stats", STATS_FILE],
+                  jobs=STATS_JOBS)
+
+
 # The TLS rows: what TLS costs each server that has it, on the jobs of
 # the issue that asked for them (a 4k and a 1M one).
 TLS_JOBS = ["rr4k-qd32", "sr1m-qd8"]
@@ -88,6 +102,7 @@ def rows(cfg, img, size):
         native_server(img),
         native_server(img, 1),
         native_server(img, 2),
+        native_stats_server(),
         Server("qemu-native", "qemu-nbd cache=none aio=native", "qemu",
                ["--aio=native"]),
         Server("qemu-uring", "qemu-nbd cache=none aio=io_uring", "qemu",
@@ -124,6 +139,7 @@ SERVER_ALIASES = {"qemu-nbd-native": "qemu-native",
 SERVER_SETS = {
     "native-targets": ["raw", "null", "pdio", "pdio-t1",
                        "pdio-t2", "pdio-nbdkit", "qemu-native", "qemu-uring"],
+    "stats": ["pdio", "pdio-stats"],
     "tls": ["pdio-tcp", "pdio-tls", "nbdkit-file-tls",
             "qemu-uring-tls"],
 }
