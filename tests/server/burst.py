@@ -20,7 +20,6 @@ reply.
 import os
 import random
 import socket
-import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
