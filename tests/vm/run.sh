@@ -29,7 +29,9 @@
 #                       serve), tls (nbd-client -enable-tls
 #                       against pdio serve on the guest's loopback), remote
 #                       (pdio attach nbd://... across a veth pair between
-#                       two network namespaces), and
+#                       two network namespaces), names
+#                       (/dev/disk/by-pdio under systemd-udevd run as
+#                       a daemon), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
@@ -67,7 +69,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,names,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -114,6 +116,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
     remote) ;;
+    names) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -518,6 +521,11 @@ mkdir -p "$ov/usr/sbin"
 ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
 ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
+# pdio's udev rule and the program it runs, where make install puts them
+# (udev's directory, /lib/udev: /usr/lib/udev here, merged /usr).
+mkdir -p "$ov/usr/lib/udev/rules.d"
+cp "$top/src/cli/60-pdio.rules" "$ov/usr/lib/udev/rules.d/"
+cp "$top/src/cli/pdio-name" "$ov/usr/lib/udev/"
 case ",$scenarios," in
 *,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
 esac
