@@ -34,7 +34,9 @@ nm_udev_stop() {
 }
 
 # nm_link NAME: where /dev/disk/by-pdio/NAME leads, "" if nowhere.
-nm_link() { readlink -f "/dev/disk/by-pdio/$1" 2>/dev/null || true; }
+nm_link() {
+    if [ -L "/dev/disk/by-pdio/$1" ]; then readlink -f "/dev/disk/by-pdio/$1"; fi
+}
 
 # nm_links_gone: no /dev/disk/by-pdio link at all.
 nm_links_gone() {
