@@ -110,8 +110,8 @@ nm_refused() {
     cat "$STATE/nm.err"
     if [ "$rc" != "$want" ] || ! grep -qF -- "$what" "$STATE/nm.err"; then
         echo "pdio attach $*: exit $rc, not $want with \"$what\""
-        d=$(cat "$STATE/nm.out")
-        [ -z "$d" ] || pdio detach "$d" || true
+        got=$(cat "$STATE/nm.out")
+        [ -z "$got" ] || pdio detach "$got" || true
         return 1
     fi
 }
