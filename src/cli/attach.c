@@ -54,6 +54,7 @@ struct attach_opts {
   const char *slice;            /* the supervisor's and server's slice */
   bool swap;                    /* memory locked and never given back */
   bool shared;                  /* a remote export: others may attach it */
+  const char *alias;            /* --name */
 };
 
 /* What has been done so far, for undo(). */
@@ -67,6 +68,7 @@ struct attach {
   struct record rec;
   struct nl_sock *ev;           /* the driver's events, for the supervisor */
   struct protection prot;       /* what the supervisor-to-be set up */
+  char alias[ALIAS_MAX + 1];    /* /dev/disk/by-pdio/ALIAS, or "" */
 };
 
 static void
@@ -103,6 +105,10 @@ usage (FILE *fp)
 "      --autoclear        detach when the last user closes the device\n"
 "      --shared           a URI: allow other attachments of the export from\n"
 "                         this host (the server must advertise multi-conn)\n"
+"  -n, --name NAME        the device's name, /dev/disk/by-pdio/NAME (NAME-partN\n"
+"                         for its partitions): 1 to %d letters, digits,\n"
+"                         \".\", \"_\" or \"-\" (default: the image's file name\n"
+"                         without its extension)\n"
 "  -d, --device DEV       attach /dev/nbdN (made if the driver has fewer;\n"
 "                         default: the kernel picks a free one, or makes\n"
 "                         one)\n"
@@ -118,7 +124,8 @@ usage (FILE *fp)
 "                         or pdio)\n",
            MAX_CONNECTIONS, DEFAULT_CONNECTIONS, MIN_BLOCK_SIZE,
            MAX_BLOCK_SIZE, DEFAULT_MULTI_TIMEOUT, WATCHDOG_HUNG_MS / 1000,
-           DEFAULT_DEAD_TIMEOUT, DEVICE_MEMORY_MIN >> 20, DEFAULT_SLICE);
+           DEFAULT_DEAD_TIMEOUT, ALIAS_MAX, DEVICE_MEMORY_MIN >> 20,
+           DEFAULT_SLICE);
 }
 
 static int
@@ -137,6 +144,7 @@ parse (int argc, char **argv, struct attach_opts *o)
     { "slice", required_argument, NULL, 'S' },
     { "swap", no_argument, NULL, 'W' },
     { "shared", no_argument, NULL, 'H' },
+    { "name", required_argument, NULL, 'n' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -145,7 +153,7 @@ parse (int argc, char **argv, struct attach_opts *o)
   *o = (struct attach_opts) { .timeout = TIMEOUT_UNSET,
                               .dead_timeout = DEFAULT_DEAD_TIMEOUT,
                               .slice = DEFAULT_SLICE };
-  while ((c = getopt_long (argc, argv, "+rC:b:t:d:h", longopts, NULL)) != -1)
+  while ((c = getopt_long (argc, argv, "+rC:b:t:d:n:h", longopts, NULL)) != -1)
     switch (c) {
     case 'r': o->readonly = true; break;
     case 'C':
@@ -198,6 +206,15 @@ parse (int argc, char **argv, struct attach_opts *o)
       break;
     case 'W': o->swap = true; break;
     case 'H': o->shared = true; break;
+    case 'n':
+      if (!alias_valid (optarg) && !test_break ("any-name")) {
+        errorf (CMD ": --name %s: must be 1 to %d letters, digits, \".\", "
+                "\"_\" or \"-\", and not \".\" or \"..\"", optarg,
+                ALIAS_MAX);
+        return EXIT_USAGE;
+      }
+      o->alias = optarg;
+      break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -443,6 +460,31 @@ clear_stale (const struct record *old)
   claim_drop (claim, old->name);
 }
 
+/* The device's name is no other device's: checked under the run
+ * directory's lock, which every attach connects under, so two attaches
+ * cannot both take one.  --name is refused; the image's own name is
+ * dropped with a warning, so that images of one file name in different
+ * directories still attach (the second with no name).
+ */
+static bool
+alias_free (const struct attach_opts *o, struct attach *a)
+{
+  int idx = test_break ("name-unchecked") ? -1 : alias_holder (a->alias);
+
+  if (idx < 0)
+    return true;
+  if (o->alias) {
+    errorf (CMD ": --name %s: /dev/disk/by-pdio/%s is /dev/nbd%d's already: "
+            "choose another name", o->alias, o->alias, idx);
+    return false;
+  }
+  warnf (CMD ": warning: %s: /dev/disk/by-pdio/%s is /dev/nbd%d's already: "
+         "this device gets no name (choose one with --name)", a->image,
+         a->alias, idx);
+  a->alias[0] = '\0';
+  return true;
+}
+
 /* Connects the device over netlink and records it, under the run
  * directory's lock, so that the number the kernel hands us cannot be
  * the one a detach is still cleaning up after; partitions show;
@@ -459,6 +501,18 @@ connect_device (const struct attach_opts *o, struct attach *a)
 
   if (lock == -1)
     return false;
+  if (a->alias[0] && !alias_free (o, a)) {
+    close (lock);
+    return false;
+  }
+  /* The server has the image open and locked: this is the file it
+   * serves.
+   */
+  if (!backend_id (a->image, a->alias, a->rec.backend, why, sizeof why)) {
+    errorf (CMD ": %s", why);
+    close (lock);
+    return false;
+  }
   /* Listening from just before the connect: the kernel sends a LINK_DEAD
    * once, and one sent while attach is still at work is the supervisor's
    * to act on.  Not earlier: an event of the device that last had this
@@ -535,7 +589,6 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
 {
   struct server_info info;
   struct record *recs;
-  char why[PATH_MAX + 64];
   size_t n;
 
   /* A record outlives its supervisor (killed): the image may still be
@@ -606,13 +659,6 @@ attach_claimed (const struct attach_opts *o, struct attach *a)
   a->rec.block_size = choose_block_size (o, a, &info);
   if (a->rec.block_size == 0)
     goto fail;
-  /* The server has the image open and locked: this is the file it
-   * serves.
-   */
-  if (!backend_id (a->image, a->rec.backend, why, sizeof why)) {
-    errorf (CMD ": %s", why);
-    goto fail;
-  }
   if (!connect_device (o, a))
     goto fail;
   printf ("%s\n", a->rec.device);
@@ -702,6 +748,11 @@ attach_uri (const struct attach_opts *o)
             o->connections);
     return EXIT_USAGE;
   }
+  if (o->alias) {
+    errorf (CMD ": %s: --name names the device of an image; a remote "
+            "export's device has no /dev/disk/by-pdio name", o->image);
+    return EXIT_USAGE;
+  }
   {
     struct nbd_uri u;
     char why[512];
@@ -756,6 +807,11 @@ cmd_attach (int argc, char **argv)
   if (!check_image (o.image, a.image, a.rec.name, sizeof a.rec.name) ||
       !check_tools (&o, &a))
     return EXIT_FAILED;
+  /* The name the user gave the image, not where its links lead. */
+  if (o.alias)
+    snprintf (a.alias, sizeof a.alias, "%s", o.alias);
+  else
+    alias_of_image (o.image, a.alias);
   if (!nbd_driver_present ()) {
     no_driver_message ();
     return EXIT_NO_DRIVER;

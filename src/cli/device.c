@@ -39,7 +39,38 @@ backend_of (const struct record *r)
 }
 
 bool
-backend_id (const char *image, char *buf, char *why, size_t len)
+alias_valid (const char *alias)
+{
+  size_t n = strlen (alias);
+
+  return n > 0 && n <= ALIAS_MAX && strcmp (alias, ".") != 0 &&
+    strcmp (alias, "..") != 0 &&
+    strspn (alias, ALIAS_CHARS) == n;
+}
+
+void
+alias_of_image (const char *image, char *alias)
+{
+  const char *base = strrchr (image, '/');
+  const char *dot;
+  size_t n;
+
+  base = base ? base + 1 : image;
+  /* "disk.img" is "disk"; ".hidden" keeps its only dot. */
+  dot = strrchr (base, '.');
+  n = dot && dot != base ? (size_t) (dot - base) : strlen (base);
+  if (n > ALIAS_MAX)
+    n = ALIAS_MAX;
+  for (size_t i = 0; i < n; i++)
+    alias[i] = strchr (ALIAS_CHARS, base[i]) && base[i] ? base[i] : '_';
+  alias[n] = '\0';
+  if (!alias_valid (alias))
+    alias[0] = '\0';
+}
+
+bool
+backend_id (const char *image, const char *alias, char *buf, char *why,
+            size_t len)
 {
   struct stat st;
   size_t plen = strlen (image);
@@ -56,6 +87,11 @@ backend_id (const char *image, char *buf, char *why, size_t len)
   else
     n = snprintf (buf, BACKEND_ID_MAX, "pdio:%u:%u:%llu:", major (st.st_dev),
                   minor (st.st_dev), (unsigned long long) st.st_ino);
+  /* Before the path, which is absolute: an identifier of an older pdio
+   * has a "/" where this has the name, and a name has no "/".
+   */
+  if (alias && alias[0] && !test_break ("no-alias"))
+    n += snprintf (buf + n, BACKEND_ID_MAX - n, "%s:", alias);
   /* A path too long to show keeps its end, which names the file. */
   if (n + plen >= BACKEND_ID_MAX)
     path = image + plen - (BACKEND_ID_MAX - n - 1);
@@ -63,21 +99,80 @@ backend_id (const char *image, char *buf, char *why, size_t len)
   return true;
 }
 
+/* Past "pdio:MAJOR:MINOR:INODE:" in a pdio identifier, its name into
+ * alias ("" if it has none); the path.  NULL if it is not pdio's.
+ */
+static const char *
+backend_split (const char *backend, unsigned *maj, unsigned *min,
+               unsigned long long *ino, char *alias)
+{
+  const char *rest, *colon;
+  int end = 0;
+
+  alias[0] = '\0';
+  if (sscanf (backend, "pdio:%u:%u:%llu:%n", maj, min, ino, &end) != 3 ||
+      end == 0)
+    return NULL;
+  rest = backend + end;
+  colon = strchr (rest, ':');
+  if (rest[0] != '/' && colon && (size_t) (colon - rest) <= ALIAS_MAX) {
+    memcpy (alias, rest, colon - rest);
+    alias[colon - rest] = '\0';
+    if (alias_valid (alias))
+      return colon + 1;
+    alias[0] = '\0';
+  }
+  return rest;
+}
+
 bool
 backend_parse (const char *backend, char *name, size_t len,
                const char **image)
 {
+  char alias[ALIAS_MAX + 1];
   unsigned maj, min;
   unsigned long long ino;
-  int end = 0;
 
-  if (sscanf (backend, "pdio:%u:%u:%llu:%n", &maj, &min, &ino, &end) != 3 ||
-      end == 0)
+  *image = backend_split (backend, &maj, &min, &ino, alias);
+  if (*image == NULL)
     return false;
   /* backend_id gives a block device inode 0, which no file has. */
   identity_name (ino == 0, makedev (maj, min), ino, name, len);
-  *image = backend + end;
   return true;
+}
+
+void
+backend_alias (const char *backend, char *alias)
+{
+  unsigned maj, min;
+  unsigned long long ino;
+
+  backend_split (backend, &maj, &min, &ino, alias);
+}
+
+int
+alias_holder (const char *alias)
+{
+  char path[PATH_MAX], backend[BACKEND_ID_MAX], other[ALIAS_MAX + 1];
+  struct dirent *d;
+  DIR *dir;
+  int found = -1;
+
+  snprintf (path, sizeof path, "%s/block", sysfs ());
+  dir = opendir (path);
+  if (dir == NULL)
+    return -1;
+  while (found < 0 && (d = readdir (dir)) != NULL) {
+    int idx = nbd_index (d->d_name);
+
+    if (idx < 0 || !nbd_backend (idx, backend, sizeof backend))
+      continue;
+    backend_alias (backend, other);
+    if (strcmp (other, alias) == 0)
+      found = idx;
+  }
+  closedir (dir);
+  return found;
 }
 
 /* The flags a device keeps: a device past nbds_max was made for us and
@@ -198,6 +293,12 @@ device_scan_partitions (const char *device)
              device);
     close (fd);
   }
+  /* The connect's own change event comes before the kernel shows the
+   * backend identifier, so udev may have read the device without it:
+   * once more now, partitions included, for /dev/disk/by-pdio.
+   */
+  if (!test_break ("no-udev-change"))
+    nbd_announce (nbd_index (device));
 }
 
 /* udev probes a device it sees change (blkid opens and closes it), a

@@ -59,7 +59,8 @@ usage (FILE *fp)
 "also a device pdio connected but has no record of (its attach was killed).\n"
 "\n"
 "  -J, --json             as JSON, with the front end (pdio or nbdkit), the\n"
-"                         backend identifier, the supervisor's pid, and the\n"
+"                         backend identifier, the device's by-pdio name,\n"
+"                         the supervisor's pid, and the\n"
 "                         memory of the server and of the supervisor (RSS\n"
 "                         and PSS in bytes, from /proc/PID/smaps_rollup);\n"
 "                         whether all their threads have PR_SET_IO_FLUSHER,\n"
@@ -240,6 +241,18 @@ print_json (const struct row *rows, size_t n)
       json_string (stdout, r->backend);
     else
       printf ("null");
+    {
+      char alias[ALIAS_MAX + 1], link[ALIAS_MAX + 32];
+
+      backend_alias (r->backend, alias);
+      printf (",\n         \"by-pdio\": ");
+      if (alias[0]) {
+        snprintf (link, sizeof link, "/dev/disk/by-pdio/%s", alias);
+        json_string (stdout, link);
+      }
+      else
+        printf ("null");
+    }
     printf (",\n         \"io_flusher\": %s,\n         \"oom_score_adj\": ",
             rows[i].io_flusher < 0 ? "null"
             : rows[i].io_flusher ? "true" : "false");

@@ -94,6 +94,13 @@ enum {
  * read: the identity is in the first few dozen bytes, the rest is the path.
  */
 #define BACKEND_ID_MAX 256
+/* A device's name, /dev/disk/by-pdio/NAME (60-pdio.rules): at most this
+ * many of these characters, which need no quoting in a path, a shell or a
+ * udev rule.
+ */
+#define ALIAS_MAX 64
+#define ALIAS_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" \
+  "0123456789._-"
 
 /* --- util.c: messages, parsing, environment ------------------------------ */
 extern void errorf (const char *fmt, ...)
@@ -385,6 +392,10 @@ extern bool nbd_set_io_timeout (int idx, unsigned ms);
  * if that cannot be read: the caller then errs on the side of looking).
  */
 extern bool nbd_in_flight (int idx);
+/* A change event for the device and each of its partitions, as udevadm
+ * trigger makes: udev reads them again (60-pdio.rules names them).
+ */
+extern void nbd_announce (int idx);
 /* Non-zero if the device or a partition of it is mounted or held (by
  * device-mapper, md...): what describes where, in buf.
  */
@@ -644,15 +655,31 @@ extern bool device_resize (const struct record *r, uint64_t size, char *why,
  * its device number and inode 0), into buf (BACKEND_ID_MAX); false with
  * why set if it cannot be stat'ed.  The same file gives the same string
  * for as long as it exists, under any name; another file at that path
- * gives another.
+ * gives another.  With an alias (the device's name, not NULL or ""),
+ * "pdio:MAJOR:MINOR:INODE:ALIAS:PATH": 60-pdio.rules makes
+ * /dev/disk/by-pdio/ALIAS of it.
  */
-extern bool backend_id (const char *image, char *buf, char *why, size_t len);
+extern bool backend_id (const char *image, const char *alias, char *buf,
+                        char *why, size_t len);
 /* The other way: the attachment's name (image_name) and the image's path
- * (its end, if it was too long) in an identifier backend_id made; false
- * if it is not one of pdio's.
+ * (its end, if it was too long) in an identifier backend_id made, with
+ * or without an alias; false if it is not one of pdio's.
  */
 extern bool backend_parse (const char *backend, char *name, size_t len,
                            const char **image);
+/* The alias in an identifier (ALIAS_MAX + 1 bytes), "" if it has none or
+ * is not pdio's.
+ */
+extern void backend_alias (const char *backend, char *alias);
+/* 1 to ALIAS_MAX of ALIAS_CHARS, and not "." or "..". */
+extern bool alias_valid (const char *alias);
+/* The default alias (ALIAS_MAX + 1 bytes): the image's file name without
+ * its extension, each character not in ALIAS_CHARS made "_"; "" if
+ * nothing valid is left.
+ */
+extern void alias_of_image (const char *image, char *alias);
+/* The nbd device whose identifier has this alias, or -1. */
+extern int alias_holder (const char *alias);
 /* Someone uses the device: mounted or held (nbd_busy), or open in a
  * process (/proc/PID/fd); what and who, in buf.
  */

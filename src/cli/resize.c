@@ -202,7 +202,10 @@ cmd_resize (int argc, char **argv)
   }
   /* Sizing another file than the one served would be worse than useless. */
   if (r.backend[0]) {
-    if (!backend_id (r.image, id, why, sizeof why)) {
+    char alias[ALIAS_MAX + 1];
+
+    backend_alias (r.backend, alias);
+    if (!backend_id (r.image, alias, id, why, sizeof why)) {
       errorf (CMD ": %s", why);
       return EXIT_FAILED;
     }

@@ -303,7 +303,7 @@ give_up (struct sup *s, const char *why)
 static bool
 start_and_reconnect (struct sup *s, char *why, size_t len)
 {
-  char id[BACKEND_ID_MAX];
+  char id[BACKEND_ID_MAX], alias[ALIAS_MAX + 1];
   pid_t pid;
   int status;
 
@@ -312,8 +312,9 @@ start_and_reconnect (struct sup *s, char *why, size_t len)
    * take the new server's sockets; its data would not be the device's.
    * (A path that names nothing is left to the server, which says so.)
    */
+  backend_alias (s->rec.backend, alias);
   if (s->rec.backend[0] && !test_break ("no-identity-check") &&
-      backend_id (s->rec.image, id, why, len)) {
+      backend_id (s->rec.image, alias, id, why, len)) {
     if (strcmp (id, s->rec.backend) != 0) {
       int n = snprintf (why, len, "%s is not the image attached any more "
                         "(it is %s, the device's is ", s->rec.image, id);

@@ -123,6 +123,42 @@ nbd_set_io_timeout (int idx, unsigned ms)
   return ok;
 }
 
+static void
+write_change (const char *dir)
+{
+  char path[PATH_MAX];
+  FILE *fp;
+
+  snprintf (path, sizeof path, "%s/uevent", dir);
+  fp = fopen (path, "we");
+  if (fp == NULL)
+    return;
+  fputs ("change", fp);
+  fclose (fp);
+}
+
+void
+nbd_announce (int idx)
+{
+  char dir[PATH_MAX], part[PATH_MAX + 256], prefix[32];
+  struct dirent *d;
+  DIR *dp;
+  int n;
+
+  snprintf (dir, sizeof dir, "%s/block/nbd%d", sysfs (), idx);
+  write_change (dir);
+  n = snprintf (prefix, sizeof prefix, "nbd%dp", idx);
+  dp = opendir (dir);
+  if (dp == NULL)
+    return;
+  while ((d = readdir (dp)) != NULL)
+    if (strncmp (d->d_name, prefix, n) == 0) {
+      snprintf (part, sizeof part, "%s/%s", dir, d->d_name);
+      write_change (part);
+    }
+  closedir (dp);
+}
+
 bool
 nbd_in_flight (int idx)
 {

@@ -67,6 +67,12 @@
  *   watchdog-ignores-stall  the watchdog replaces a server that has not
  *                         answered for 10 s however stalled (D state,
  *                         memory pressure) it is, as it used to
+ *   no-alias              attach leaves the device's name out of its
+ *                         backend identifier: no /dev/disk/by-pdio link
+ *   any-name              attach --name takes any name, however invalid
+ *   name-unchecked        attach takes a name another device has
+ *   no-udev-change        attach sends udev no change event once the
+ *                         backend identifier is set
  *   no-reserve            pdio serve's workers keep no pool reserve: an
  *                         idle server pins nothing, and the first write
  *                         after its pool went back faults a chunk in

@@ -31,7 +31,11 @@
 #                       (pdio attach nbd://... across a veth pair between
 #                       two network namespaces), stats (pdio stats: the
 #                       counters across a hand-over and a SIGKILL, and
-#                       --watch against fio), and
+#                       --watch against fio), names
+#                       (/dev/disk/by-pdio under systemd-udevd run as
+#                       a daemon), deb (the Debian packages built from
+#                       this tree, made here once per run, installed in
+#                       the guest with dpkg, used and removed), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
@@ -69,7 +73,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,stats,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,stats,names,deb,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -117,6 +121,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     tls) ;;
     remote) ;;
     stats) ;;
+    names|deb) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -240,10 +245,13 @@ fetch_kernel() {
 # Programs the guest runs, from this machine (busybox covers the rest;
 # stress-ng is the memory scenarios' hog, and diffutils' cmp compares what
 # they read back several times faster than busybox's; ip (iproute2: netns,
-# veth), qemu-nbd and nbd-server the remote scenario's).
+# veth), qemu-nbd and nbd-server the remote scenario's; dpkg and the
+# helpers it runs (dpkg-deb, dpkg-split, dpkg-query, GNU tar), with the
+# ldconfig it wants on PATH, the deb scenario's).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server"
+  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server
+  dpkg dpkg-deb dpkg-split dpkg-query tar ldconfig"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
@@ -438,6 +446,42 @@ make_tls_credentials() {
     ) > /dev/null
 }
 
+# The deb scenario's packages, built as make deb builds them
+# (dpkg-buildpackage on what make dist ships) into the cache, under the
+# hash of that tree but its tests: once per run, and not again while the sources stay
+# the same.  Prints "built|cached DIR", DIR holding the .debs.
+build_debs() {
+    # One builder of the cache at a time (this runs in a subshell: the
+    # lock goes with it).
+    exec 8>"$cache/.deb-lock"
+    flock 8
+    builddir=${PDIO_BUILDDIR:-$top}
+    d=$work/deb-build
+    rm -rf "$d" && mkdir -p "$d"
+    name=pdio-vm-deb-$$
+    make -s -C "$builddir" distdir distdir="$name" top_distdir="$name" > "$d/build.log" 2>&1 ||
+        { cat "$d/build.log" >&2; return 1; }
+    mv "$builddir/$name" "$d/src"
+    # Not tests/: nothing of it is in the packages.
+    key=$(cd "$d/src" && find . -type f ! -path './tests/*' | LC_ALL=C sort |
+        xargs sha256sum | sha256sum | cut -c1-16)
+    out=$cache/deb/$key
+    if [ ! -f "$out/.complete" ]; then
+        (cd "$d/src" && dpkg-buildpackage -us -uc -b) >> "$d/build.log" 2>&1 ||
+            { tail -40 "$d/build.log" >&2; return 1; }
+        rm -rf "$out" && mkdir -p "$out"
+        mv "$d"/pdio_*.deb "$d"/nbdkit-plugin-pdio_*.deb "$out/"
+        touch "$out/.complete"
+        # Only the newest few trees' packages.
+        ls -1td "$cache"/deb/*/ | tail -n +4 | xargs -r rm -rf
+        deb_note=built
+    else
+        deb_note=cached
+    fi
+    rm -rf "$d"
+    echo "$deb_note $out"
+}
+
 # --- set up the work directory --------------------------------------------------
 if [ -n "$workdir" ]; then
     mkdir -p "$workdir"
@@ -521,6 +565,21 @@ mkdir -p "$ov/usr/sbin"
 ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
 ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
+# pdio's udev rule and the program it runs, where make install puts them
+# (udev's directory, /lib/udev: /usr/lib/udev here, merged /usr).
+mkdir -p "$ov/usr/lib/udev/rules.d"
+cp "$top/src/cli/60-pdio.rules" "$ov/usr/lib/udev/rules.d/"
+cp "$top/src/cli/pdio-name" "$ov/usr/lib/udev/"
+deb_note=""
+case ",$scenarios," in
+*,deb,*)
+    t1=$(now)
+    debs=$(build_debs) || bail "cannot build the Debian packages for the deb scenario (make deb)"
+    mkdir -p "$ov/pdio/deb"
+    cp "${debs#* }"/*.deb "$ov/pdio/deb/"
+    deb_note="$(cd "$ov/pdio/deb" && echo *.deb) (${debs%% *}, $(($(now) - t1))s)"
+    ;;
+esac
 case ",$scenarios," in
 *,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
 esac
@@ -538,6 +597,7 @@ esac
 t_initramfs=$(($(now) - t0))
 tap_diag "kernel $kver ($(cat "$kdir/.deb" 2>/dev/null)), ${t_kernel}s to fetch/resolve"
 tap_diag "initramfs $(($(stat -c %s "$work/initrd.cpio") / 1048576)) MiB (base $base_note), ${t_initramfs}s"
+[ -z "$deb_note" ] || tap_diag "packages for the deb scenario: $deb_note"
 if [ -n "$break_list" ]; then
     tap_diag "plugin under test: $plugin; pdio(1): $pdio_broken, breaking $break_list"
 else
