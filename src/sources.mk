@@ -34,7 +34,11 @@ ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 # pure, the fuzzers drive it.
 PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
 	%reldir%/protocol/transmission_wire.c %reldir%/protocol/proto.c
-PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/include/proto.h
+# kTLS's hand-off of a GnuTLS session to the socket: not pure, so not in
+# PROTOCOL_C (the fuzzers' set).
+PROTOCOL_KTLS_C = %reldir%/protocol/ktls.c
+PROTOCOL_SRCS = $(PROTOCOL_C) $(PROTOCOL_KTLS_C) \
+	%reldir%/protocol/include/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the
 # protocol); the connections and workers run on the engine's rings.
