@@ -173,18 +173,36 @@ pause_ms (struct link *l, long ms)
     signals (l);
 }
 
-/* kTLS: the session's keys to the kernel, both directions. */
-static bool
+/* Set when kTLS left a socket unusable (TX taken, RX refused): later
+ * connections go through the relay without trying it again.
+ */
+static bool ktls_unusable;
+
+/* kTLS: the session's keys to the kernel, both directions (the socket is
+ * the nbd driver's to read and write).  Setting TCP_ULP "tls" loads the
+ * module on demand (the kernel's request_module, as root).  1 done, 0
+ * refused with the socket as it was, -1 the socket lost.
+ */
+static int
 try_ktls (struct tls_client *t, int fd, char *why, size_t len)
 {
-  (void) t;
-  (void) fd;
   if (test_break ("no-ktls")) {
     snprintf (why, len, "kTLS refused by the test break no-ktls");
-    return false;
+    return 0;
   }
-  snprintf (why, len, "kTLS is not in this build");
-  return false;
+  if (ktls_unusable) {
+    snprintf (why, len, "kTLS failed on an earlier connection");
+    return 0;
+  }
+  switch (pdio_ktls_enable (tls_client_session (t), fd, true, why, len)) {
+  case 0:
+    return 1;
+  case -2:
+    ktls_unusable = true;
+    return -1;
+  default:
+    return 0;
+  }
 }
 
 int
@@ -204,11 +222,18 @@ link_hand_over (int fd, struct tls_client *t, struct relay **relay,
   if (!tls_client_idle (t))
     snprintf (note, nlen, "GnuTLS holds data received after the "
               "handshake");
-  else if (try_ktls (t, fd, note, nlen)) {
-    snprintf (mode, mlen, "ktls");
-    tls_client_free (t);
-    return fd;
-  }
+  else
+    switch (try_ktls (t, fd, note, nlen)) {
+    case 1:
+      snprintf (mode, mlen, "ktls");
+      note[0] = '\0';
+      tls_client_free (t);
+      return fd;
+    case -1:
+      snprintf (why, len, "kTLS: %s (the next connection uses the relay)",
+                note);
+      return -1;
+    }
   *relay = relay_start (t, &kfd, why, len);
   if (*relay == NULL)
     return -1;

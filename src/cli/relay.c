@@ -104,6 +104,8 @@ step (struct tls_client *t, int local, struct dir *up, struct dir *down,
       down->len = r;
       down->off = 0;
       moved = 1;
+      if (test_break ("relay-flip"))
+        down->buf[r - 1] ^= 1;
     }
     else if (r != -EAGAIN)
       return r;

@@ -51,6 +51,11 @@
  *                         but never reconnects
  *   no-export-check       a remote device's supervisor hands the device
  *                         whatever export the URI reaches now
+ *   no-ktls               an nbds:// device never gets kTLS: the relay
+ *                         carries its TLS
+ *   relay-flip            the TLS relay flips a bit of each chunk it
+ *                         receives from the server before the kernel
+ *                         gets it
  *   link-dead-at-attach   attach shuts the device's first connection down
  *                         right before it becomes the supervisor: a
  *                         LINK_DEAD the kernel sends while attach works

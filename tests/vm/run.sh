@@ -29,7 +29,8 @@
 #                       serve), tls (nbd-client -enable-tls
 #                       against pdio serve on the guest's loopback), remote
 #                       (pdio attach nbd://... across a veth pair between
-#                       two network namespaces), and
+#                       two network namespaces), remote_tls (the same
+#                       with nbds://: kTLS, and the relay), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
@@ -67,7 +68,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,remote_tls,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -114,6 +115,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
     remote) ;;
+    remote_tls) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -240,13 +242,14 @@ fetch_kernel() {
 # veth), qemu-nbd and nbd-server the remote scenario's).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server"
+  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server ss"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
-# the crash scenario's slow storage; veth: the remote scenario's link.
+# the crash scenario's slow storage; veth: the remote scenario's link;
+# tls: kTLS, for remote_tls.
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
-  veth"
+  veth tls"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot
@@ -435,6 +438,37 @@ make_tls_credentials() {
     ) > /dev/null
 }
 
+# The remote_tls scenario's: a CA, the certificate of 10.99.0.2 (the
+# server's end of the veth pair) in server/ for pdio serve, the CA alone
+# in client/ for pdio attach, another CA in other/, and PSK files (alice's
+# key, and a wrong one of hers).
+make_remote_tls_credentials() {
+    d=$1
+    mkdir -p "$d/server" "$d/client" "$d/other"
+    (
+        set -e
+        cd "$d"
+        umask 077
+        for ca in ca other-ca; do
+            certtool --generate-privkey --outfile $ca-key.pem 2>/dev/null
+            printf 'cn = pdio vm %s\nca\ncert_signing_key\nexpiration_days = 2\n' $ca > $ca.info
+            certtool --generate-self-signed --load-privkey $ca-key.pem \
+                --template $ca.info --outfile $ca-cert.pem 2>/dev/null
+        done
+        certtool --generate-privkey --outfile server/server-key.pem 2>/dev/null
+        printf 'cn = storage1\ndns_name = storage1\nip_address = 10.99.0.2\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 2\n' > server.info
+        certtool --generate-certificate --load-ca-certificate ca-cert.pem \
+            --load-ca-privkey ca-key.pem --load-privkey server/server-key.pem \
+            --template server.info --outfile server/server-cert.pem 2>/dev/null
+        cp ca-cert.pem server/ca-cert.pem
+        cp ca-cert.pem client/ca-cert.pem
+        cp other-ca-cert.pem other/ca-cert.pem
+        psktool -u alice -p keys.psk > /dev/null
+        psktool -u alice -p wrong.psk > /dev/null
+        rm -f ./*-key.pem ./*.info ca-cert.pem other-ca-cert.pem
+    ) > /dev/null
+}
+
 # --- set up the work directory --------------------------------------------------
 if [ -n "$workdir" ]; then
     mkdir -p "$workdir"
@@ -520,6 +554,9 @@ ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 case ",$scenarios," in
 *,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
+esac
+case ",$scenarios," in
+*,remote_tls,*) make_remote_tls_credentials "$ov/pdio/rtls" || bail "cannot make the remote_tls scenario's credentials (certtool, psktool: package gnutls-bin)" ;;
 esac
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"
