@@ -247,9 +247,13 @@ HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repai
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
 # the crash scenario's slow storage; veth: the remote scenario's link;
-# tls: kTLS, for remote_tls.
+# tls and the ciphers it asks the crypto API for (gcm, ctr and ghash for
+# AES-GCM, chacha20poly1305 and its parts): the ktls scenario's kernel TLS
+# (the guest has no modprobe, so the kernel cannot load them on demand as
+# it does on Debian; the guest's qemu64 CPU has no AES-NI).
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
-  veth tls"
+  veth tls gcm ctr ghash_generic chacha20poly1305 chacha_generic
+  poly1305_generic"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot

@@ -27,7 +27,7 @@
 #
 # Shown failing against the test build (run.sh --scenario remote_tls
 # --break LIST): no-ktls (the x509 step: the relay carries TLS instead),
-# relay-flip (the PSK relay flips a bit of what it receives: the data
+# relay-flip (the relay flips a bit of what the kernel writes: the data
 # checks fail).
 
 RT_DIR=/pdio/rtls
