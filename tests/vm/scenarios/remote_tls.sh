@@ -24,6 +24,8 @@
 #                verify; tls.ko loaded back
 #   refusals     a client CA that did not sign the server's certificate,
 #                and a wrong PSK: attach fails, saying which
+#   interop      qemu-nbd --tls-creds and nbdkit --tls=require (x509) in
+#                srv: attach, raw region, mkfs, mount, fio verify, e2fsck
 #
 # Shown failing against the test build (run.sh --scenario remote_tls
 # --break LIST): no-ktls (the x509 step: the relay carries TLS instead),
@@ -172,6 +174,31 @@ rt_refusals() {
     detail "$e1 | $e2"
 }
 
+# Other servers with TLS, through remote.sh's rm_interop (attach, raw
+# region, ext4, fio verify, e2fsck, detach); the credentials in the URI.
+rt_qemu_nbd() {
+    rm -f "$RM_OTHER"
+    truncate -s "$RM_SIZE" "$RM_OTHER"
+    rm_in_bg "$LOGS/remote-tls-qemu-nbd.log" qemu-nbd -f raw --cache=none \
+        --aio=native -b "$RM_S" -p 10810 -x disk -t \
+        --object "tls-creds-x509,id=tls0,dir=$RT_DIR/server,endpoint=server,verify-peer=off" \
+        --tls-creds tls0 "$RM_OTHER"
+    wait_until 60 nbdinfo --size "nbds://$RM_S:10810/disk?tls-certificates=$RT_DIR/client" > /dev/null
+    RM_IMG=$RM_OTHER rm_interop qemu-nbd "nbds://$RM_S:10810/disk?tls-certificates=$RT_DIR/client"
+    grep 'TLS' "$PDIO_RUN"/nbd*.supervisor.log 2>/dev/null | tail -n 1 || true
+    rm_unserve
+}
+
+rt_nbdkit() {
+    rm -f "$RM_OTHER"
+    truncate -s "$RM_SIZE" "$RM_OTHER"
+    rm_in_bg "$LOGS/remote-tls-nbdkit.log" nbdkit -f -i "$RM_S" -p 10812 \
+        --tls=require --tls-certificates="$RT_DIR/server" file "$RM_OTHER"
+    wait_until 60 nbdinfo --size "nbds://$RM_S:10812/?tls-certificates=$RT_DIR/client" > /dev/null
+    RM_IMG=$RM_OTHER rm_interop nbdkit "nbds://$RM_S:10812/?tls-certificates=$RT_DIR/client"
+    rm_unserve
+}
+
 scenario_remote_tls() {
     step "remote_tls: veth between two namespaces; pdio serve --tls-certificates on $RM_S" rt_setup
     step "remote_tls: pdio attach $RT_URI (x509): TLS by kTLS, the socket has the TLS ULP, no relay" rt_attach_ktls
@@ -185,5 +212,7 @@ scenario_remote_tls() {
     step "remote_tls: relay: the veth link down 5 s under fio verify: 0 errors" rt_psk_link_down
     step "remote_tls: relay: e2fsck clean, detach; tls module back" rt_psk_detach
     step "remote_tls: another CA, a wrong PSK: attach refused, saying which" rt_refusals
+    step "remote_tls: qemu-nbd --tls-creds (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_qemu_nbd
+    step "remote_tls: nbdkit --tls=require (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_nbdkit
     step "remote_tls: teardown: namespace gone, nothing left in the run directory" rm_teardown
 }
