@@ -254,6 +254,9 @@ HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repai
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
   veth tls gcm ctr ghash_generic chacha20poly1305 chacha_generic
   poly1305_generic"
+# inet_diag and tcp_diag: ss -tie shows a socket's TCP ULP (remote_tls)
+# through them; without, ss reads /proc/net/tcp, which does not have it.
+MODULES="$MODULES inet_diag tcp_diag"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot

@@ -70,7 +70,8 @@ rt_attach_ktls() {
         "$RT_URI" > "$STATE/rm.dev"
     pdio list | tee "$STATE/rt.list"
     js=$(pdio list --json | jq -r --arg d "$(rm_dev)" '.nbddevices[] | select(.name == $d) | "\(.link) \(.tls)"')
-    ss -tie 2>/dev/null | grep -B1 -A2 "$RM_S:$RM_PORT" > "$STATE/rt.ss" || true
+    ss -tie > "$STATE/rt.ss.all" 2>&1 || true
+    grep -A2 "$RM_S:$RM_PORT" "$STATE/rt.ss.all" > "$STATE/rt.ss" || cat "$STATE/rt.ss.all"
     cat "$STATE/rt.ss"
     tx=$(rt_stat TlsCurrTxSw) rx=$(rt_stat TlsCurrRxSw) relays=$(rt_relay_threads)
     grep 'TLS' "$PDIO_RUN/nbd$(rm_idx).supervisor.log" || true
@@ -80,6 +81,7 @@ rt_attach_ktls() {
     grep -q "^$(rm_dev) .*TLS by kTLS" "$STATE/rt.list"
     [ $((tx - tx0)) = 1 ] && [ $((rx - rx0)) = 1 ]
     [ "$relays" = 0 ]
+    grep -q 'tcp-ulp-tls' "$STATE/rt.ss"
 }
 
 # (From rm_under_fio's "||": explicit returns.)
