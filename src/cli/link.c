@@ -287,7 +287,7 @@ reconnect_once (struct link *l, char *why, size_t len)
     close (kfd);                /* the kernel holds it now */
   else
     close (fd);
-  if (note[0] && strcmp (note, l->rec.link_why) != 0)
+  if (note[0])
     say ("%s: TLS through the relay: %s", l->rec.device, note);
   l->relay = relay;
   snprintf (l->rec.tls, sizeof l->rec.tls, "%s", mode);

@@ -264,6 +264,14 @@ tls_client_free (struct tls_client *t)
   free (t);
 }
 
+/* SNI takes a DNS name, never an address. */
+static bool
+is_dns_name (const char *name)
+{
+  return strchr (name, ':') == NULL &&
+    strspn (name, "0123456789.") != strlen (name);
+}
+
 /* The host name the certificate must carry: tls-hostname=, else the
  * URI's host; none for a unix socket (the CA is still checked).
  */
@@ -306,9 +314,7 @@ tls_client_new (const struct nbd_uri *u, int fd, char *why, size_t len)
     r = psk ? gt.gnutls_credentials_set (t->s, GNUTLS_CRD_PSK, t->psk)
             : gt.gnutls_credentials_set (t->s, GNUTLS_CRD_CERTIFICATE,
                                          t->x509);
-  if (r == 0 && !psk && name && u->tls_hostname[0] == '\0' &&
-      strchr (name, ':') == NULL && strspn (name, "0123456789.") !=
-      strlen (name))
+  if (r == 0 && !psk && name && is_dns_name (name))
     r = gt.gnutls_server_name_set (t->s, GNUTLS_NAME_DNS, name,
                                    strlen (name));
   if (r < 0) {
