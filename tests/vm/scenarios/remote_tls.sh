@@ -26,6 +26,9 @@
 #                and a wrong PSK: attach fails, saying which
 #   interop      qemu-nbd --tls-creds and nbdkit --tls=require (x509) in
 #                srv: attach, raw region, mkfs, mount, fio verify, e2fsck
+#   figures      64 MiB written and read through kTLS, the relay and
+#                nbd-client -enable-tls, against the same pdio serve: MiB/s
+#                and ratios, printed (TCG: not pass conditions)
 #
 # Shown failing against the test build (run.sh --scenario remote_tls
 # --break LIST): no-ktls (the x509 step: the relay carries TLS instead),
@@ -201,6 +204,48 @@ rt_nbdkit() {
     rm_unserve
 }
 
+# rt_dd DEV: MiB/s of a 64 MiB direct write then read of DEV, or "failed"
+rt_dd() {
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    dd if=/dev/zero of="$1" bs=1M count=64 oflag=direct status=none || { echo "failed failed"; return 0; }
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    dd if="$1" of=/dev/null bs=1M count=64 iflag=direct status=none || { echo "failed failed"; return 0; }
+    t2=$(cut -d' ' -f1 /proc/uptime)
+    echo "$t0 $t1 $t2" | awk '{ printf "%.1f %.1f", 64 / ($2 - $1), 64 / ($3 - $2) }'
+}
+
+# Figures, not pass conditions (TCG): one export served by pdio serve
+# (x509), written then read 64 MiB through pdio attach with kTLS, with
+# the relay (tls module removed), and nbd-client -enable-tls (its own
+# user-space proxy): MiB/s and their ratios to kTLS.
+rt_figures() {
+    rt_serve_x509 "$RM_IMG"
+    dev=$(pdio attach --tls-certificates "$RT_DIR/client" "$RT_URI")
+    [ "$(rm_field_of "$dev" tls)" = ktls ]
+    set -- $(rt_dd "$dev"); kw=$1 kr=$2
+    pdio detach "$dev"
+    wait_until 10 test "$(rt_stat TlsCurrRxSw)" = 0
+    nc=failed; set -- failed failed
+    if nbd-client "$RM_S" "$RM_PORT" /dev/nbd7 -b 512 -enable-tls \
+            -cacertfile "$RT_DIR/client/ca-cert.pem" -tlshostname "$RM_S"; then
+        set -- $(rt_dd /dev/nbd7)
+        nbd-client -d /dev/nbd7 || true
+    fi
+    nw=$1 nr=$2
+    rmmod tls
+    dev=$(pdio attach --tls-certificates "$RT_DIR/client" "$RT_URI")
+    [ "$(rm_field_of "$dev" tls)" = relay ]
+    set -- $(rt_dd "$dev"); rw=$1 rr=$2
+    pdio detach "$dev"
+    insmod /modules/tls.ko
+    rm_unserve
+    ratio() { echo "$1 $2" | awk '$1 + 0 > 0 && $2 + 0 > 0 { printf "%.2f", $1 / $2; exit } { printf "-" }'; }
+    echo "MiB/s write/read: kTLS $kw/$kr, relay $rw/$rr, nbd-client -enable-tls $nw/$nr" > "$STATE/rt.figures"
+    cat "$STATE/rt.figures"
+    detail "$(cat "$STATE/rt.figures"); relay/kTLS $(ratio "$rw" "$kw")/$(ratio "$rr" "$kr"), nbd-client/kTLS $(ratio "$nw" "$kw")/$(ratio "$nr" "$kr") (TCG, figures only)"
+}
+rm_field_of() { sed -n "s/^$2=//p" "$PDIO_RUN/nbd${1#/dev/nbd}.rec"; }
+
 scenario_remote_tls() {
     step "remote_tls: veth between two namespaces; pdio serve --tls-certificates on $RM_S" rt_setup
     step "remote_tls: pdio attach $RT_URI (x509): TLS by kTLS, the socket has the TLS ULP, no relay" rt_attach_ktls
@@ -216,5 +261,6 @@ scenario_remote_tls() {
     step "remote_tls: another CA, a wrong PSK: attach refused, saying which" rt_refusals
     step "remote_tls: qemu-nbd --tls-creds (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_qemu_nbd
     step "remote_tls: nbdkit --tls=require (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_nbdkit
+    step "remote_tls: figures: 64 MiB written and read through kTLS, the relay and nbd-client -enable-tls" rt_figures
     step "remote_tls: teardown: namespace gone, nothing left in the run directory" rm_teardown
 }
