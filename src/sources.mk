@@ -34,7 +34,11 @@ ENGINE_SOURCES = $(ENGINE_C) $(ENGINE_H)
 # pure, the fuzzers drive it.
 PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
 	%reldir%/protocol/transmission_wire.c %reldir%/protocol/proto.c
-PROTOCOL_SRCS = $(PROTOCOL_C) %reldir%/protocol/include/proto.h
+# kTLS's hand-off of a GnuTLS session to the socket: not pure, so not in
+# PROTOCOL_C (the fuzzers' set).
+PROTOCOL_KTLS_C = %reldir%/protocol/ktls.c
+PROTOCOL_SRCS = $(PROTOCOL_C) $(PROTOCOL_KTLS_C) \
+	%reldir%/protocol/include/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the
 # protocol); the connections and workers run on the engine's rings.
@@ -60,6 +64,9 @@ CLI_WATCHDOG_C = %reldir%/cli/watchdog.c
 CLI_NEGOTIATE_C = %reldir%/cli/negotiate.c
 CLI_URI_C = %reldir%/cli/uri.c
 CLI_LINK_POLICY_C = %reldir%/cli/link_policy.c
+# nbds://: the client's TLS (GnuTLS, loaded when asked for) and the relay
+# that carries it where kTLS cannot; tests/cli/test_relay drives both.
+CLI_TLS_C = %reldir%/cli/tls_client.c %reldir%/cli/relay.c
 CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_WAIT_C) \
 	$(CLI_URI_C) $(CLI_LINK_POLICY_C) \
 	%reldir%/cli/main.c %reldir%/cli/attach.c %reldir%/cli/detach.c \
@@ -73,5 +80,5 @@ CLI_C = $(CLI_JSON_C) $(CLI_WATCHDOG_C) $(CLI_NEGOTIATE_C) $(CLI_WAIT_C) \
 	%reldir%/cli/claim.c %reldir%/cli/attachments.c \
 	%reldir%/cli/procmem.c %reldir%/cli/proctask.c %reldir%/cli/systemd.c \
 	%reldir%/cli/placement.c %reldir%/cli/protect.c %reldir%/cli/pressure.c \
-	%reldir%/cli/remote.c %reldir%/cli/link.c
+	%reldir%/cli/remote.c %reldir%/cli/link.c $(CLI_TLS_C)
 CLI_SRCS = $(CLI_C) %reldir%/cli/pdio.h

@@ -55,6 +55,8 @@ struct attach_opts {
   bool swap;                    /* memory locked and never given back */
   bool shared;                  /* a remote export: others may attach it */
   const char *alias;            /* --name */
+  const char *tls_certificates, *tls_psk, *tls_username;
+  int tls_verify_peer;          /* -1 not given */
 };
 
 /* What has been done so far, for undo(). */
@@ -78,6 +80,7 @@ usage (FILE *fp)
 "Usage: pdio attach [OPTIONS] IMAGE\n"
 "       pdio attach [OPTIONS] nbd://HOST[:PORT]/EXPORT\n"
 "       pdio attach [OPTIONS] nbd+unix:///EXPORT?socket=PATH\n"
+"       pdio attach [OPTIONS] nbds://HOST[:PORT]/EXPORT (and nbds+unix)\n"
 "Serve IMAGE with pdio's own NBD server (or nbdkit and pdio.so) and attach\n"
 "it to a /dev/nbdN the kernel picks, or makes past nbds_max (or --device);\n"
 "prints the device.  One attachment per image, whatever its path.  A\n"
@@ -109,6 +112,17 @@ usage (FILE *fp)
 "                         for its partitions): 1 to %d letters, digits,\n"
 "                         \".\", \"_\" or \"-\" (default: the image's file name\n"
 "                         without its extension)\n"
+"      --tls-certificates DIR  nbds://: x509, DIR/ca-cert.pem the CA of the\n"
+"                         server's certificate, DIR/client-cert.pem and\n"
+"                         client-key.pem this client's if there (default:\n"
+"                         the system's CAs)\n"
+"      --tls-psk FILE     nbds://: a pre-shared key from FILE (psktool's\n"
+"                         format) instead of certificates\n"
+"      --tls-username NAME  the PSK's user (default: the user's name)\n"
+"      --tls-verify-peer  check the server's certificate against the CA and\n"
+"                         the URI's host name (the default)\n"
+"      --no-tls-verify-peer  do not (anyone on the path can pretend to be\n"
+"                         the server)\n"
 "  -d, --device DEV       attach /dev/nbdN (made if the driver has fewer;\n"
 "                         default: the kernel picks a free one, or makes\n"
 "                         one)\n"
@@ -145,6 +159,11 @@ parse (int argc, char **argv, struct attach_opts *o)
     { "swap", no_argument, NULL, 'W' },
     { "shared", no_argument, NULL, 'H' },
     { "name", required_argument, NULL, 'n' },
+    { "tls-certificates", required_argument, NULL, 'X' },
+    { "tls-psk", required_argument, NULL, 'K' },
+    { "tls-username", required_argument, NULL, 'U' },
+    { "tls-verify-peer", no_argument, NULL, 'V' },
+    { "no-tls-verify-peer", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
   };
@@ -152,7 +171,8 @@ parse (int argc, char **argv, struct attach_opts *o)
 
   *o = (struct attach_opts) { .timeout = TIMEOUT_UNSET,
                               .dead_timeout = DEFAULT_DEAD_TIMEOUT,
-                              .slice = DEFAULT_SLICE };
+                              .slice = DEFAULT_SLICE,
+                              .tls_verify_peer = -1 };
   while ((c = getopt_long (argc, argv, "+rC:b:t:d:n:h", longopts, NULL)) != -1)
     switch (c) {
     case 'r': o->readonly = true; break;
@@ -215,6 +235,11 @@ parse (int argc, char **argv, struct attach_opts *o)
       }
       o->alias = optarg;
       break;
+    case 'X': o->tls_certificates = optarg; break;
+    case 'K': o->tls_psk = optarg; break;
+    case 'U': o->tls_username = optarg; break;
+    case 'V': o->tls_verify_peer = 1; break;
+    case 'v': o->tls_verify_peer = 0; break;
     case 'h': usage (stdout); exit (EXIT_OK);
     default: usage (stderr); return EXIT_USAGE;
     }
@@ -735,7 +760,9 @@ attach_uri (const struct attach_opts *o)
     .timeout = o->timeout == TIMEOUT_UNSET ? DEFAULT_TIMEOUT : o->timeout,
     .dead_timeout = o->dead_timeout, .autoclear = o->autoclear,
     .device = o->device, .shared = o->shared, .slice = o->slice,
-    .swap = o->swap,
+    .swap = o->swap, .tls_certificates = o->tls_certificates,
+    .tls_psk = o->tls_psk, .tls_username = o->tls_username,
+    .tls_verify_peer = o->tls_verify_peer,
   };
 
   if (o->nbdkit || o->plugin) {
@@ -762,9 +789,10 @@ attach_uri (const struct attach_opts *o)
       errorf (CMD ": %s: %s", o->image, why);
       return EXIT_USAGE;
     }
-    if (u.tls) {
-      errorf (CMD ": %s: TLS (nbds://) is not supported by pdio attach "
-              "yet; a plain nbd:// or nbd+unix:// URI is", o->image);
+    if (!u.tls && (o->tls_certificates || o->tls_psk || o->tls_username ||
+                   o->tls_verify_peer >= 0)) {
+      errorf (CMD ": %s: the --tls options are for nbds:// and nbds+unix:// "
+              "URIs", o->image);
       return EXIT_USAGE;
     }
   }
@@ -788,6 +816,12 @@ cmd_attach (int argc, char **argv)
   r = parse (argc, argv, &o);
   if (r != EXIT_OK)
     return r;
+  if ((o.tls_certificates || o.tls_psk || o.tls_username ||
+       o.tls_verify_peer >= 0) && !nbd_uri_is (o.image)) {
+    errorf (CMD ": the --tls options are for nbds:// URIs; a local image "
+            "is served on a unix socket without TLS");
+    return EXIT_USAGE;
+  }
   if (o.shared && !nbd_uri_is (o.image)) {
     errorf (CMD ": --shared is for a remote export (a URI); an image is "
             "attached once");

@@ -31,6 +31,18 @@
  *
  * Each outage is logged with its length and counted in the record, which
  * pdio list shows.  A detach (SIGTERM) during an outage ends it at once.
+ *
+ * An nbds:// link is a new TLS session each time (negotiate.c), handed
+ * to the kernel by link_hand_over: the TCP socket itself once its keys
+ * are the kernel's (kTLS), else one end of a socketpair with a relay
+ * (relay.c) in this process.  Either way the kernel sees a dead link
+ * when the TLS one dies, and the rest is as for a plain link.  What kTLS
+ * cannot carry ends the link too: a TLS 1.3 KeyUpdate from the server
+ * reaches the nbd driver as a record it cannot read, so the kernel fails
+ * the receive and reports the link dead, and the device gets a new
+ * session -- an outage of one reconnect.  The watchdog's probe speaks
+ * plain NBD on a socket of its own, so a TLS link is watched through
+ * its socket and the kernel's events only.
  */
 #include <config.h>
 
@@ -65,6 +77,7 @@ struct link {
   struct nbd_offer first;       /* what the export was at attach */
   int idx;
   int fd;                       /* our reference to the device's socket */
+  struct relay *relay;          /* a TLS link's relay, if it has one */
   int sfd;                      /* signals */
   int claim;
   struct nl_sock *ev;
@@ -160,6 +173,74 @@ pause_ms (struct link *l, long ms)
     signals (l);
 }
 
+/* Set when kTLS left a socket unusable (TX taken, RX refused): later
+ * connections go through the relay without trying it again.
+ */
+static bool ktls_unusable;
+
+/* kTLS: the session's keys to the kernel, both directions (the socket is
+ * the nbd driver's to read and write).  Setting TCP_ULP "tls" loads the
+ * module on demand (the kernel's request_module, as root).  1 done, 0
+ * refused with the socket as it was, -1 the socket lost.
+ */
+static int
+try_ktls (struct tls_client *t, int fd, char *why, size_t len)
+{
+  if (test_break ("no-ktls")) {
+    snprintf (why, len, "kTLS refused by the test break no-ktls");
+    return 0;
+  }
+  if (ktls_unusable) {
+    snprintf (why, len, "kTLS failed on an earlier connection");
+    return 0;
+  }
+  switch (pdio_ktls_enable (tls_client_session (t), fd, true, why, len)) {
+  case 0:
+    return 1;
+  case -2:
+    ktls_unusable = true;
+    return -1;
+  default:
+    return 0;
+  }
+}
+
+int
+link_hand_over (int fd, struct tls_client *t, struct relay **relay,
+                char *mode, size_t mlen, char *note, size_t nlen,
+                char *why, size_t len)
+{
+  int kfd;
+
+  *relay = NULL;
+  mode[0] = note[0] = '\0';
+  if (t == NULL)
+    return fd;
+  /* Bytes GnuTLS holds would be lost to the kernel (a ticket is not:
+   * GnuTLS consumed it while reading NBD_OPT_GO's replies).
+   */
+  if (!tls_client_idle (t))
+    snprintf (note, nlen, "GnuTLS holds data received after the "
+              "handshake");
+  else
+    switch (try_ktls (t, fd, note, nlen)) {
+    case 1:
+      snprintf (mode, mlen, "ktls");
+      note[0] = '\0';
+      tls_client_free (t);
+      return fd;
+    case -1:
+      snprintf (why, len, "kTLS: %s (the next connection uses the relay)",
+                note);
+      return -1;
+    }
+  *relay = relay_start (t, &kfd, why, len);
+  if (*relay == NULL)
+    return -1;
+  snprintf (mode, mlen, "relay");
+  return kfd;
+}
+
 /* One attempt: a new connection, the same export, handed to the device.
  * false with why set.
  */
@@ -167,26 +248,49 @@ static bool
 reconnect_once (struct link *l, char *why, size_t len)
 {
   struct nbd_offer now;
-  int fd = nbd_handshake_uri (&l->uri, CONNECT_MS, &now, why, len);
+  struct tls_client *t;
+  struct relay *relay;
+  char mode[8], note[256];
+  int fd = nbd_handshake_uri (&l->uri, CONNECT_MS, &now, &t, why, len);
+  int kfd;
   const struct nbdnl_change c = {
-    .backend = l->rec.backend, .fds = &fd, .n = 1, .client_flags = -1,
+    .backend = l->rec.backend, .fds = &kfd, .n = 1, .client_flags = -1,
   };
 
   if (fd == -1)
     return false;
   if (!test_break ("no-export-check") &&
       !link_same_export (&l->first, &now, l->rec.size, why, len)) {
+    tls_client_free (t);
     close (fd);
     return false;
   }
-  l->fd = dup (fd);
-  if (!nbdnl_reconfigure (l->idx, &c, why, len)) {
+  kfd = link_hand_over (fd, t, &relay, mode, sizeof mode, note, sizeof note,
+                        why, len);
+  if (kfd == -1) {
+    tls_client_free (t);
     close (fd);
+    return false;
+  }
+  l->fd = dup (kfd);
+  if (!nbdnl_reconfigure (l->idx, &c, why, len)) {
+    if (relay)
+      relay_stop (relay);
+    else
+      close (fd);
+    close (kfd);
     close (l->fd);
     l->fd = -1;
     return false;
   }
-  close (fd);
+  if (relay)
+    close (kfd);                /* the kernel holds it now */
+  else
+    close (fd);
+  if (note[0])
+    say ("%s: TLS through the relay: %s", l->rec.device, note);
+  l->relay = relay;
+  snprintf (l->rec.tls, sizeof l->rec.tls, "%s", mode);
   return true;
 }
 
@@ -235,6 +339,8 @@ outage (struct link *l, const char *cause, bool kernel_knows)
     close (l->fd);
     l->fd = -1;
   }
+  relay_stop (l->relay);
+  l->relay = NULL;
   watchdog_forget (&l->wd);
   if (!kernel_knows && !await_kernel_dead (l, 5000))
     say ("%s: no LINK_DEAD from the kernel within 5 s; handing it a new "
@@ -285,12 +391,14 @@ watch (struct link *l)
 {
   long now = now_ms ();
 
-  if (test_break ("no-watchdog") || strcmp (l->rec.link, "connected"))
+  if (test_break ("no-watchdog") || strcmp (l->rec.link, "connected") ||
+      l->uri.tls)
     return;
   if (l->wd.fd < 0 && now >= l->wd.due) {
     struct nbd_offer o;
     char why[512];
-    int fd = nbd_handshake_uri (&l->uri, CONNECT_MS, &o, why, sizeof why);
+    int fd = nbd_handshake_uri (&l->uri, CONNECT_MS, &o, NULL, why,
+                                sizeof why);
 
     if (fd >= 0)
       watchdog_attach (&l->wd, fd, l->rec.block_size, now_ms ());
@@ -341,7 +449,8 @@ detach_stdio (const struct record *r)
 void
 supervise_link (const struct record *r, const struct nbd_uri *u,
                 const struct nbd_offer *first, int notify_fd, int claim,
-                struct nl_sock *ev, int link_fd, const struct protection *p)
+                struct nl_sock *ev, int link_fd, struct relay *relay,
+                const struct protection *p)
 {
   static struct link l;
   sigset_t set;
@@ -352,6 +461,7 @@ supervise_link (const struct record *r, const struct nbd_uri *u,
   l.first = *first;
   l.idx = nbd_index (r->device);
   l.fd = link_fd;
+  l.relay = relay;
   l.claim = claim;
   l.seed = (unsigned) getpid () ^ (unsigned) now_ms ();
   watchdog_init (&l.wd);
@@ -375,6 +485,9 @@ supervise_link (const struct record *r, const struct nbd_uri *u,
   say ("supervising %s: %s, %llu bytes, block size %u, dead-connection "
        "timeout %u s%s", r->device, r->image, (unsigned long long) r->size,
        r->block_size, r->dead_timeout, r->readonly ? ", read-only" : "");
+  if (r->tls[0])
+    say ("%s: TLS by %s", r->device, strcmp (r->tls, "ktls") == 0
+         ? "the kernel (kTLS)" : "the supervisor's relay");
   if (p->io_flusher[0] || p->oom[0])
     say ("warning: protections refused: %s%s%s", p->io_flusher,
          p->io_flusher[0] && p->oom[0] ? "; " : "", p->oom);

@@ -92,6 +92,9 @@ remote_status_of (const struct record *r, char *buf, size_t len)
                   r->link_why);
   else if (strcmp (r->link, "failed") == 0)
     n = snprintf (buf, len, "failed: %s (since %s)", r->link_why, since);
+  else if (r->tls[0])
+    n = snprintf (buf, len, "connected, TLS by %s",
+                  strcmp (r->tls, "ktls") == 0 ? "kTLS" : "a relay");
   else
     n = snprintf (buf, len, "connected");
   if (n > 0 && (size_t) n < len && r->outages) {
@@ -281,6 +284,11 @@ print_json (const struct row *rows, size_t n)
       printf (",\n         \"outages\": %u,\n"
               "         \"last-outage-ms\": %ld", r->outages,
               r->last_outage_ms);
+      printf (",\n         \"tls\": ");
+      if (r->tls[0])
+        json_string (stdout, r->tls);
+      else
+        printf ("null");
     }
     printf (",\n         \"status\": ");
     json_string (stdout, rows[i].status);

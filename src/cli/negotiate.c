@@ -36,8 +36,14 @@
  */
 #define HANDSHAKE_TIMEOUT_S 10
 
+/* A socket, and the TLS session on it once NBD_OPT_STARTTLS is done. */
+struct chan {
+  int fd;
+  struct tls_client *tls;
+};
+
 static bool
-xread (int fd, void *buf, size_t n)
+xread_fd (int fd, void *buf, size_t n)
 {
   for (char *p = buf; n; ) {
     ssize_t r = read (fd, p, n);
@@ -56,7 +62,7 @@ xread (int fd, void *buf, size_t n)
 }
 
 static bool
-xwrite (int fd, const void *buf, size_t n)
+xwrite_fd (int fd, const void *buf, size_t n)
 {
   for (const char *p = buf; n; ) {
     /* A server that hangs up must not kill the supervisor with SIGPIPE. */
@@ -71,6 +77,19 @@ xwrite (int fd, const void *buf, size_t n)
     n -= r;
   }
   return true;
+}
+
+static bool
+xread (const struct chan *c, void *buf, size_t n)
+{
+  return c->tls ? tls_client_read (c->tls, buf, n) : xread_fd (c->fd, buf, n);
+}
+
+static bool
+xwrite (const struct chan *c, const void *buf, size_t n)
+{
+  return c->tls ? tls_client_write (c->tls, buf, n)
+                : xwrite_fd (c->fd, buf, n);
 }
 
 static void
@@ -133,12 +152,13 @@ connect_tcp (const char *port, char *why, size_t len)
 }
 
 static bool
-send_option (int fd, uint32_t opt, const void *data, uint32_t n)
+send_option (const struct chan *c, uint32_t opt, const void *data,
+             uint32_t n)
 {
   uint8_t h[NBD_OPTION_HEADER_LEN];
 
   nbd_option_header (h, opt, n);
-  return xwrite (fd, h, sizeof h) && (n == 0 || xwrite (fd, data, n));
+  return xwrite (c, h, sizeof h) && (n == 0 || xwrite (c, data, n));
 }
 
 static const char *
@@ -152,7 +172,7 @@ option_name (uint32_t opt)
  * takes up to 4 KiB; block sizes 14 bytes).
  */
 static bool
-read_info_replies (int fd, uint32_t want, size_t max, struct nbd_offer *o,
+read_info_replies (const struct chan *c, uint32_t want, size_t max, struct nbd_offer *o,
                    char *why, size_t len)
 {
   const char *name = option_name (want);
@@ -163,7 +183,7 @@ read_info_replies (int fd, uint32_t want, size_t max, struct nbd_offer *o,
     uint32_t opt, type, n;
     struct nbd_info info;
 
-    if (!xread (fd, r, sizeof r)) {
+    if (!xread (c, r, sizeof r)) {
       snprintf (why, len, "reading the reply to %s: %m", name);
       return false;
     }
@@ -176,8 +196,13 @@ read_info_replies (int fd, uint32_t want, size_t max, struct nbd_offer *o,
                 opt, n);
       return false;
     }
-    if (!xread (fd, data, n)) {
+    if (!xread (c, data, n)) {
       snprintf (why, len, "reading the reply to %s: %m", name);
+      return false;
+    }
+    if (type == NBD_REP_ERR_TLS_REQD) {
+      snprintf (why, len, "the server requires TLS (NBD_REP_ERR_TLS_REQD): "
+                "attach nbds://... with its credentials");
       return false;
     }
     if (type & NBD_REP_ERR_BIT) {
@@ -226,13 +251,57 @@ read_info_replies (int fd, uint32_t want, size_t max, struct nbd_offer *o,
   }
 }
 
+/* NBD_OPT_STARTTLS, then the TLS handshake with u's credentials: the
+ * rest of the handshake runs in c->tls.
+ */
+static bool
+start_tls (struct chan *c, const struct nbd_uri *u, char *why, size_t len)
+{
+  uint8_t r[NBD_OPTION_REPLY_LEN], data[256];
+  uint32_t opt, type, n;
+
+  if (!send_option (c, NBD_OPT_STARTTLS, NULL, 0)) {
+    snprintf (why, len, "sending NBD_OPT_STARTTLS: %m");
+    return false;
+  }
+  if (!xread (c, r, sizeof r)) {
+    snprintf (why, len, "reading the reply to NBD_OPT_STARTTLS: %m");
+    return false;
+  }
+  if (!nbd_parse_option_reply (r, &opt, &type, &n) ||
+      opt != NBD_OPT_STARTTLS || n > sizeof data) {
+    snprintf (why, len, "bad reply to NBD_OPT_STARTTLS");
+    return false;
+  }
+  if (!xread (c, data, n)) {
+    snprintf (why, len, "reading the reply to NBD_OPT_STARTTLS: %m");
+    return false;
+  }
+  if (type != NBD_REP_ACK || test_break ("no-starttls")) {
+    snprintf (why, len, "the server does not offer TLS: it answered "
+              "NBD_OPT_STARTTLS with %s%s%.*s (attach nbd://... if it "
+              "serves in clear)",
+              type == NBD_REP_ERR_UNSUP ? "NBD_REP_ERR_UNSUP"
+              : type == NBD_REP_ERR_POLICY ? "NBD_REP_ERR_POLICY"
+              : type == NBD_REP_ACK ? "NBD_REP_ACK (refused by a test break)"
+              : "an error", n ? ": " : "", (int) n, (char *) data);
+    return false;
+  }
+  c->tls = tls_client_new (u, c->fd, why, len);
+  return c->tls && tls_client_handshake (c->tls, u, why, len);
+}
+
 /* The greeting, then opt (NBD_OPT_GO or NBD_OPT_INFO) for the export
  * named export (NULL: the default one, asking for the block sizes only;
  * else its name and description too, which identify a remote export),
- * with its replies; where names the server in messages.
+ * with its replies; where names the server in messages.  With tls (an
+ * nbds:// URI), inside a TLS session begun first: a NewSessionTicket the
+ * server sends after its handshake is read (and dropped) by GnuTLS on
+ * the way to the replies.
  */
 static bool
-negotiate (int fd, const char *where, uint32_t opt, const char *export,
+negotiate (struct chan *c, const char *where, uint32_t opt,
+           const char *export, const struct nbd_uri *tls,
            struct nbd_offer *o, char *why, size_t len)
 {
   static const uint16_t want[] = {
@@ -244,14 +313,14 @@ negotiate (int fd, const char *where, uint32_t opt, const char *export,
   uint8_t info[NBD_INFO_REQUEST_LEN (4096, 3)];
   uint16_t sflags;
   size_t n;
-  char reason[256];
+  char reason[1024];
 
   *o = (struct nbd_offer) { .size = 0 };
   if (elen > 4096) {
     snprintf (why, len, "%s: an export name of more than 4096 bytes", where);
     return false;
   }
-  if (!xread (fd, hello, sizeof hello)) {
+  if (!xread (c, hello, sizeof hello)) {
     snprintf (why, len, "%s: reading the server's greeting: %m", where);
     return false;
   }
@@ -262,13 +331,20 @@ negotiate (int fd, const char *where, uint32_t opt, const char *export,
   }
   nbd_client_flags (cflags, NBD_FLAG_C_FIXED_NEWSTYLE |
                     (sflags & NBD_FLAG_NO_ZEROES ? NBD_FLAG_C_NO_ZEROES : 0));
+  if (!xwrite (c, cflags, sizeof cflags)) {
+    snprintf (why, len, "%s: sending the client flags: %m", where);
+    return false;
+  }
+  if (tls && !start_tls (c, tls, reason, sizeof reason)) {
+    snprintf (why, len, "%s: %s", where, reason);
+    return false;
+  }
   n = nbd_info_request (info, export ? export : "", elen, want, nwant);
-  if (!xwrite (fd, cflags, sizeof cflags) ||
-      !send_option (fd, opt, info, n)) {
+  if (!send_option (c, opt, info, n)) {
     snprintf (why, len, "%s: sending %s: %m", where, option_name (opt));
     return false;
   }
-  if (!read_info_replies (fd, opt, export ? 4 + 4096 + 64 : 1024, o, reason,
+  if (!read_info_replies (c, opt, export ? 4 + 4096 + 64 : 1024, o, reason,
                           sizeof reason)) {
     snprintf (why, len, "%s: %s", where, reason);
     return false;
@@ -281,11 +357,12 @@ nbd_handshake (const char *socket, struct nbd_offer *o, char *why,
                size_t len)
 {
   int fd = connect_unix (socket, why, len);
+  struct chan c = { .fd = fd };
 
   if (fd == -1)
     return -1;
   set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
-  if (!negotiate (fd, socket, NBD_OPT_GO, NULL, o, why, len)) {
+  if (!negotiate (&c, socket, NBD_OPT_GO, NULL, NULL, o, why, len)) {
     close (fd);
     return -1;
   }
@@ -301,6 +378,7 @@ nbd_query (const char *socket, const char *port, struct nbd_offer *o,
   char where[PATH_MAX + 16];
   int fd = socket ? connect_unix (socket, why, len)
                   : connect_tcp (port, why, len);
+  struct chan c = { .fd = fd };
   bool ok;
 
   if (fd == -1)
@@ -310,15 +388,15 @@ nbd_query (const char *socket, const char *port, struct nbd_offer *o,
   else
     snprintf (where, sizeof where, "localhost:%s", port);
   set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
-  ok = negotiate (fd, where, NBD_OPT_INFO, NULL, o, why, len);
+  ok = negotiate (&c, where, NBD_OPT_INFO, NULL, NULL, o, why, len);
   if (ok) {
     uint8_t ack[NBD_OPTION_REPLY_LEN];
 
     /* Waiting for the server's ACK lets it close first: it never writes
      * to a socket we already closed, so it has nothing to complain of.
      */
-    if (send_option (fd, NBD_OPT_ABORT, NULL, 0))
-      (void) xread (fd, ack, sizeof ack);
+    if (send_option (&c, NBD_OPT_ABORT, NULL, 0))
+      (void) xread (&c, ack, sizeof ack);
   }
   close (fd);
   return ok;
@@ -412,29 +490,41 @@ connect_host (const char *host, const char *port, unsigned ms, char *why,
 
 int
 nbd_handshake_uri (const struct nbd_uri *u, unsigned connect_ms,
-                   struct nbd_offer *o, char *why, size_t len)
+                   struct nbd_offer *o, struct tls_client **tls, char *why,
+                   size_t len)
 {
   char where[sizeof u->host + 16];
-  int fd;
+  struct chan c;
 
+  if (tls)
+    *tls = NULL;
+  if (u->tls && tls == NULL) {
+    snprintf (why, len, "TLS is not spoken here");
+    return -1;
+  }
   if (u->unix_socket) {
-    fd = connect_unix (u->socket, why, len);
+    c.fd = connect_unix (u->socket, why, len);
     snprintf (where, sizeof where, "%.*s", (int) sizeof where - 1,
               u->socket);
   }
   else {
-    fd = connect_host (u->host, u->port, connect_ms, why, len);
+    c.fd = connect_host (u->host, u->port, connect_ms, why, len);
     snprintf (where, sizeof where, strchr (u->host, ':') ? "[%s]:%s"
                                                          : "%s:%s",
               u->host, u->port);
   }
-  if (fd == -1)
+  c.tls = NULL;
+  if (c.fd == -1)
     return -1;
-  set_timeouts (fd, HANDSHAKE_TIMEOUT_S);
-  if (!negotiate (fd, where, NBD_OPT_GO, u->export_name, o, why, len)) {
-    close (fd);
+  set_timeouts (c.fd, HANDSHAKE_TIMEOUT_S);
+  if (!negotiate (&c, where, NBD_OPT_GO, u->export_name, u->tls ? u : NULL,
+                  o, why, len)) {
+    tls_client_free (c.tls);
+    close (c.fd);
     return -1;
   }
-  set_timeouts (fd, 0);
-  return fd;
+  set_timeouts (c.fd, 0);
+  if (tls)
+    *tls = c.tls;
+  return c.fd;
 }

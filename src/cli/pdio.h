@@ -466,6 +466,10 @@ struct record {
   char link_why[256];
   unsigned outages;
   long last_outage_ms;
+  /* An nbds:// link: how the kernel's socket is encrypted, "ktls" (by the
+   * kernel) or "relay" (relay.c); "" for a plain link.
+   */
+  char tls[8];
   /* Not read from the run directory: an orphan (attachments.c). */
   bool orphan;
 };
@@ -569,10 +573,62 @@ extern bool nbd_handshake_n (const char *socket, unsigned n, int *fds,
 /* Connects to the export u names -- TCP (each connect given connect_ms)
  * or a unix socket -- and negotiates NBD_OPT_GO for it, asking for its
  * block sizes, name and description: a socket in the transmission phase,
- * or -1 with why set.  TLS is not spoken here.
+ * or -1 with why set.  For nbds:// URIs, NBD_OPT_STARTTLS first and the
+ * rest inside the TLS session, returned in *tls (which may be NULL for a
+ * plain URI only).
  */
+struct tls_client;
 extern int nbd_handshake_uri (const struct nbd_uri *u, unsigned connect_ms,
-                              struct nbd_offer *o, char *why, size_t len);
+                              struct nbd_offer *o, struct tls_client **tls,
+                              char *why, size_t len);
+
+/* --- tls_client.c: GnuTLS for nbds:// ------------------------------------ */
+/* x509 (tls-certificates=, or the system's CAs) or PSK (tls-psk-file=):
+ * a session on fd, not yet shaken hands; NULL with why set.
+ */
+extern struct tls_client *tls_client_new (const struct nbd_uri *u, int fd,
+                                          char *why, size_t len);
+extern bool tls_client_mode_psk (const struct nbd_uri *u);
+/* false with why naming the cause (certificate, host name, PSK). */
+extern bool tls_client_handshake (struct tls_client *t,
+                                  const struct nbd_uri *u, char *why,
+                                  size_t len);
+/* All of n bytes on a blocking socket; false with errno. */
+extern bool tls_client_read (struct tls_client *t, void *buf, size_t n);
+extern bool tls_client_write (struct tls_client *t, const void *buf,
+                              size_t n);
+/* Nothing received and not yet given out: the socket can be handed on. */
+extern bool tls_client_idle (struct tls_client *t);
+/* "TLS1.3, AES-256-GCM" */
+extern void tls_client_describe (struct tls_client *t, char *buf,
+                                 size_t len);
+extern void *tls_client_session (struct tls_client *t); /* gnutls_session_t */
+extern int tls_client_fd (struct tls_client *t);
+/* Non-blocking: bytes, 0 at the end, -EAGAIN, or another -errno. */
+extern ssize_t tls_client_recv_some (struct tls_client *t, void *buf,
+                                     size_t n);
+extern ssize_t tls_client_send_some (struct tls_client *t, const void *buf,
+                                     size_t n);
+extern size_t tls_client_pending (struct tls_client *t);
+/* After -EAGAIN: the session waits to write (else to read). */
+extern bool tls_client_wants_write (struct tls_client *t);
+extern void tls_client_free (struct tls_client *t);
+
+/* --- relay.c: TLS for the kernel where kTLS is not to be had ------------- */
+/* Starts a relay (one thread, one poll loop) between a socketpair and t,
+ * which it then owns: *kernel_fd is the end for the kernel.  NULL with
+ * why set.  The relay ends when either side ends, shutting down the
+ * other, so that the kernel sees a dead link when the TLS one dies.
+ */
+struct relay;
+extern struct relay *relay_start (struct tls_client *t, int *kernel_fd,
+                                  char *why, size_t len);
+/* Stops it (if still running) and frees it with its session. */
+extern void relay_stop (struct relay *r);
+/* Runs the relay's loop in the calling thread until either side ends:
+ * for tests that drive it directly.  0, or -errno of what ended it.
+ */
+extern int relay_run (struct tls_client *t, int local_fd, int stop_fd);
 /* What the server on the unix socket, or on localhost:port if socket is
  * NULL, offers (NBD_OPT_INFO), leaving no connection behind.  false with
  * why set.
@@ -986,6 +1042,12 @@ struct remote_opts {
   bool shared;                  /* --shared */
   const char *slice;
   bool swap;
+  /* nbds://: --tls-certificates, --tls-psk, --tls-username (NULL: not
+   * given) and --[no-]tls-verify-peer (-1: not given); they join the
+   * URI's own tls-* parameters, and may not contradict them.
+   */
+  const char *tls_certificates, *tls_psk, *tls_username;
+  int tls_verify_peer;
 };
 /* Attaches the export the URI names; prints the device.  An exit code. */
 extern int remote_attach (const struct remote_opts *o);
@@ -999,8 +1061,17 @@ extern int remote_attach (const struct remote_opts *o);
 extern void supervise_link (const struct record *r, const struct nbd_uri *u,
                             const struct nbd_offer *first, int notify_fd,
                             int claim, struct nl_sock *ev, int link_fd,
-                            const struct protection *p)
+                            struct relay *relay, const struct protection *p)
   __attribute__ ((noreturn));
+/* The socket to give the kernel for a negotiated connection fd with TLS
+ * session t (NULL: plain, fd itself): fd with the session's keys in the
+ * kernel (mode "ktls"), else a socketpair's end with *relay running
+ * (mode "relay"; note says why not kTLS).  The session and fd are then
+ * the relay's, or gone; -1 with why set and both still the caller's.
+ */
+extern int link_hand_over (int fd, struct tls_client *t,
+                           struct relay **relay, char *mode, size_t mlen,
+                           char *note, size_t nlen, char *why, size_t len);
 /* link_policy.c: the wait before reconnect attempt attempt + 1 (0: after
  * the first failure), in ms: exponential, jitter (any number) adding up to a
  * quarter, never above 2 s.  Pure.

@@ -12,7 +12,9 @@
  * two writers through two page caches would corrupt a file system --
  * unless both say --shared, which needs the server's multi-conn promise.
  * The child that attaches stays as the device's supervisor (link.c),
- * which reconnects when the link dies.
+ * which reconnects when the link dies.  An nbds:// URI negotiates in TLS
+ * (negotiate.c, tls_client.c), and the kernel's socket is encrypted by
+ * the kernel (kTLS) or by a relay in the supervisor (link_hand_over).
  */
 #include <config.h>
 
@@ -122,6 +124,9 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
   struct protection prot;
   struct nbd_offer e;
   struct nl_sock *ev = NULL;
+  struct tls_client *tls = NULL;
+  struct relay *relay = NULL;
+  char note[256];
   struct claim_holder h;
   char why[PATH_MAX + 256];
   uint64_t hash = fnv1a (canon);
@@ -146,7 +151,7 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     goto fail_claim;
   protect_supervisor (o->slice, o->swap, canon, &prot);
 
-  fd = nbd_handshake_uri (u, ATTACH_CONNECT_MS, &e, why, sizeof why);
+  fd = nbd_handshake_uri (u, ATTACH_CONNECT_MS, &e, &tls, why, sizeof why);
   if (fd == -1) {
     errorf (CMD ": %s", why);
     goto fail_claim;
@@ -155,12 +160,14 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     errorf (CMD ": --shared: %s does not advertise multi-conn "
             "(NBD_FLAG_CAN_MULTI_CONN): another client's writes might not "
             "be seen by this one", o->uri);
+    tls_client_free (tls);
     close (fd);
     goto fail_claim;
   }
   if (e.size < MIN_BLOCK_SIZE) {
     errorf (CMD ": %s: the export has %" PRIu64 " bytes, less than a block",
             o->uri, e.size);
+    tls_client_free (tls);
     close (fd);
     goto fail_claim;
   }
@@ -194,8 +201,24 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     snprintf (rec.device, sizeof rec.device, "/dev/nbd%d",
               nbd_index (o->device));
   if (rec.block_size == 0) {
+    tls_client_free (tls);
     close (fd);
     goto fail_claim;
+  }
+  {
+    int kfd = link_hand_over (fd, tls, &relay, rec.tls, sizeof rec.tls,
+                              note, sizeof note, why, sizeof why);
+
+    if (kfd == -1) {
+      errorf (CMD ": %s: %s", o->uri, why);
+      tls_client_free (tls);
+      close (fd);
+      goto fail_claim;
+    }
+    if (note[0])
+      warnf (CMD ": %s: TLS through a relay in the supervisor: %s", o->uri,
+             note);
+    fd = kfd;
   }
   /* The supervisor keeps its own reference to the socket it hands the
    * kernel: an error on it is a dead link, and shutting it down is how a
@@ -207,6 +230,7 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
   if (lock == -1) {
     close (fd);
     close (link_fd);
+    relay_stop (relay);
     goto fail_claim;
   }
   ev = nbdnl_events_open (why, sizeof why);
@@ -220,6 +244,7 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
         device_disconnect (rec.device, why, sizeof why);
       close (lock);
       close (link_fd);
+      relay_stop (relay);
       goto fail_claim;
     }
   }
@@ -229,6 +254,7 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     device_disconnect (rec.device, why, sizeof why);
     close (lock);
     close (link_fd);
+    relay_stop (relay);
     goto fail_claim;
   }
   close (lock);
@@ -244,16 +270,86 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
       if (lock >= 0)
         close (lock);
       close (link_fd);
+      relay_stop (relay);
       goto fail_claim;
     }
   }
   printf ("%s\n", rec.device);
   fflush (NULL);
-  supervise_link (&rec, u, &e, notify_fd, claim, ev, link_fd, &prot);
+  supervise_link (&rec, u, &e, notify_fd, claim, ev, link_fd, relay, &prot);
 
  fail_claim:
   claim_drop (claim, rec.name);
   return EXIT_FAILED;
+}
+
+/* One TLS setting from an option and the URI: the same, or only one. */
+static bool
+tls_path (const char *opt, const char *what, char *in_uri, size_t size,
+          const char *uri)
+{
+  char real[PATH_MAX];
+
+  if (opt) {
+    if (in_uri[0] && strcmp (in_uri, opt) != 0) {
+      errorf (CMD ": %s %s: the URI says %s", what, opt, in_uri);
+      return false;
+    }
+    snprintf (in_uri, size, "%s", opt);
+  }
+  if (in_uri[0] == '\0')
+    return true;
+  /* The supervisor reads it again at each reconnect, from wherever. */
+  if (realpath (in_uri, real) == NULL) {
+    errorf (CMD ": %s: %s %s: %m", uri, what, in_uri);
+    return false;
+  }
+  snprintf (in_uri, size, "%s", real);
+  return true;
+}
+
+/* The --tls options joined to the URI's tls-* parameters in u. */
+static bool
+tls_settings (const struct remote_opts *o, struct nbd_uri *u)
+{
+  if (!tls_path (o->tls_certificates, "--tls-certificates",
+                 u->tls_certificates, sizeof u->tls_certificates, o->uri) ||
+      !tls_path (o->tls_psk, "--tls-psk", u->tls_psk_file,
+                 sizeof u->tls_psk_file, o->uri))
+    return false;
+  if (u->tls_certificates[0] && u->tls_psk_file[0]) {
+    errorf (CMD ": %s: certificates (%s) or a PSK (%s), not both", o->uri,
+            u->tls_certificates, u->tls_psk_file);
+    return false;
+  }
+  if (strcmp (u->tls_type, "psk") == 0 && u->tls_psk_file[0] == '\0') {
+    errorf (CMD ": %s: tls-type=psk needs --tls-psk FILE", o->uri);
+    return false;
+  }
+  if (o->tls_username) {
+    if (u->user[0] && strcmp (u->user, o->tls_username) != 0) {
+      errorf (CMD ": --tls-username %s: the URI says %s", o->tls_username,
+              u->user);
+      return false;
+    }
+    if (strlen (o->tls_username) >= sizeof u->user) {
+      errorf (CMD ": --tls-username: too long");
+      return false;
+    }
+    snprintf (u->user, sizeof u->user, "%s", o->tls_username);
+  }
+  if (o->tls_verify_peer >= 0) {
+    if (u->tls_verify_peer >= 0 && u->tls_verify_peer != o->tls_verify_peer) {
+      errorf (CMD ": --%stls-verify-peer: the URI says tls-verify-peer=%d",
+              o->tls_verify_peer ? "" : "no-", u->tls_verify_peer);
+      return false;
+    }
+    u->tls_verify_peer = o->tls_verify_peer;
+  }
+  if (u->tls_verify_peer == 0 && !tls_client_mode_psk (u))
+    warnf (CMD ": warning: %s: the server's certificate is not checked: "
+           "anyone on the path can pretend to be the server", o->uri);
+  return true;
 }
 
 int
@@ -269,6 +365,8 @@ remote_attach (const struct remote_opts *o)
     errorf (CMD ": %s: %s", o->uri, why);
     return EXIT_USAGE;
   }
+  if (u.tls && !tls_settings (o, &u))
+    return EXIT_USAGE;
   if (!nbd_uri_canonical (&u, canon, sizeof canon)) {
     errorf (CMD ": %s: too long to record (more than %d bytes once "
             "written out)", o->uri, PATH_MAX - 1);

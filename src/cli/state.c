@@ -116,6 +116,8 @@ record_write (const struct record *r)
              "link_why=%s\noutages=%u\nlast_outage_ms=%ld\n", r->shared,
              r->link, r->link_since, r->link_why, r->outages,
              r->last_outage_ms);
+  if (r->remote && r->tls[0])
+    fprintf (fp, "tls=%s\n", r->tls);
   if (fclose (fp) == EOF || rename (tmp, path) == -1) {
     unlink (tmp);
     return -1;
@@ -190,6 +192,8 @@ set_field (struct record *r, const char *key, const char *value)
     r->outages = strtoul (value, NULL, 10);
   else if (strcmp (key, "last_outage_ms") == 0)
     r->last_outage_ms = strtol (value, NULL, 10);
+  else if (strcmp (key, "tls") == 0)
+    snprintf (r->tls, sizeof r->tls, "%s", value);
 }
 
 static int

@@ -51,6 +51,11 @@
  *                         but never reconnects
  *   no-export-check       a remote device's supervisor hands the device
  *                         whatever export the URI reaches now
+ *   no-ktls               an nbds:// device never gets kTLS: the relay
+ *                         carries its TLS
+ *   relay-flip            the TLS relay flips a bit at the end of each
+ *                         chunk of more than 4 KiB that the kernel sends
+ *                         (a write's data) before the server gets it
  *   link-dead-at-attach   attach shuts the device's first connection down
  *                         right before it becomes the supervisor: a
  *                         LINK_DEAD the kernel sends while attach works

@@ -31,7 +31,8 @@
 #                       (pdio attach nbd://... across a veth pair between
 #                       two network namespaces), stats (pdio stats: the
 #                       counters across a hand-over and a SIGKILL, and
-#                       --watch against fio), names
+#                       --watch against fio), remote_tls (the same
+#                       with nbds://: kTLS, and the relay), names
 #                       (/dev/disk/by-pdio under systemd-udevd run as
 #                       a daemon), deb (the Debian packages built from
 #                       this tree, made here once per run, installed in
@@ -73,7 +74,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,stats,names,deb,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,remote_tls,stats,names,deb,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -122,6 +123,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     remote) ;;
     stats) ;;
     names|deb) ;;
+    remote_tls) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -251,13 +253,21 @@ fetch_kernel() {
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
   resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server
-  dpkg dpkg-deb dpkg-split dpkg-query tar ldconfig"
+  dpkg dpkg-deb dpkg-split dpkg-query tar ldconfig ss"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
-# the crash scenario's slow storage; veth: the remote scenario's link.
+# the crash scenario's slow storage; veth: the remote scenario's link;
+# tls and the ciphers it asks the crypto API for (gcm, ctr and ghash for
+# AES-GCM, chacha20poly1305 and its parts): the ktls scenario's kernel TLS
+# (the guest has no modprobe, so the kernel cannot load them on demand as
+# it does on Debian; the guest's qemu64 CPU has no AES-NI).
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
-  veth"
+  veth tls gcm ctr ghash_generic chacha20poly1305 chacha_generic
+  poly1305_generic"
+# inet_diag and tcp_diag: ss -tie shows a socket's TCP ULP (remote_tls)
+# through them; without, ss reads /proc/net/tcp, which does not have it.
+MODULES="$MODULES inet_diag tcp_diag"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot
@@ -482,6 +492,37 @@ build_debs() {
     echo "$deb_note $out"
 }
 
+# The remote_tls scenario's: a CA, the certificate of 10.99.0.2 (the
+# server's end of the veth pair) in server/ for pdio serve, the CA alone
+# in client/ for pdio attach, another CA in other/, and PSK files (alice's
+# key, and a wrong one of hers).
+make_remote_tls_credentials() {
+    d=$1
+    mkdir -p "$d/server" "$d/client" "$d/other"
+    (
+        set -e
+        cd "$d"
+        umask 077
+        for ca in ca other-ca; do
+            certtool --generate-privkey --outfile $ca-key.pem 2>/dev/null
+            printf 'cn = pdio vm %s\nca\ncert_signing_key\nexpiration_days = 2\n' $ca > $ca.info
+            certtool --generate-self-signed --load-privkey $ca-key.pem \
+                --template $ca.info --outfile $ca-cert.pem 2>/dev/null
+        done
+        certtool --generate-privkey --outfile server/server-key.pem 2>/dev/null
+        printf 'cn = storage1\ndns_name = storage1\nip_address = 10.99.0.2\ntls_www_server\nencryption_key\nsigning_key\nexpiration_days = 2\n' > server.info
+        certtool --generate-certificate --load-ca-certificate ca-cert.pem \
+            --load-ca-privkey ca-key.pem --load-privkey server/server-key.pem \
+            --template server.info --outfile server/server-cert.pem 2>/dev/null
+        cp ca-cert.pem server/ca-cert.pem
+        cp ca-cert.pem client/ca-cert.pem
+        cp other-ca-cert.pem other/ca-cert.pem
+        psktool -u alice -p keys.psk > /dev/null
+        psktool -u alice -p wrong.psk > /dev/null
+        rm -f ./*-key.pem ./*.info ca-cert.pem other-ca-cert.pem
+    ) > /dev/null
+}
+
 # --- set up the work directory --------------------------------------------------
 if [ -n "$workdir" ]; then
     mkdir -p "$workdir"
@@ -582,6 +623,9 @@ case ",$scenarios," in
 esac
 case ",$scenarios," in
 *,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
+esac
+case ",$scenarios," in
+*,remote_tls,*) make_remote_tls_credentials "$ov/pdio/rtls" || bail "cannot make the remote_tls scenario's credentials (certtool, psktool: package gnutls-bin)" ;;
 esac
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"

@@ -8,6 +8,8 @@
  *
  * One job per file: handshake_wire.c the messages of the handshake phase,
  * transmission_wire.c those of the transmission phase, proto.c the rules.
+ * ktls.c, at the end, is the one exception to "no I/O": the kTLS hand-off
+ * both ends of NBD over TLS need, outside the fuzzed set.
  *
  * The codec's conventions: nbd_X (buf, ...) writes message X into buf,
  * which has room for it (its _LEN below), and returns its length;
@@ -414,5 +416,29 @@ extern bool nbd_parse_block_status (const uint8_t *payload, uint32_t len,
                                     uint32_t *context, size_t *n);
 extern void nbd_parse_extent (const uint8_t *payload, size_t i,
                               uint32_t *length, uint32_t *flags);
+
+/* --- kTLS (ktls.c) --------------------------------------------------------- */
+/* Apart from the codec, and not pure: it sets a socket's options.  Both
+ * ends of NBD over TLS use it, pdio serve and a client handing its socket
+ * to the kernel's nbd driver.
+ *
+ * After a completed GnuTLS handshake on the TCP socket fd, hands the
+ * session's keys, IVs and sequence numbers to the kernel (TCP_ULP "tls",
+ * then SOL_TLS TLS_TX, and TLS_RX if rx): from then on plain send and
+ * recv on fd carry TLS records, and the session must not send or receive
+ * any more.  TLS 1.2 and 1.3 with AES-128-GCM, AES-256-GCM or
+ * CHACHA20-POLY1305.  The caller must hold no ciphertext read from fd
+ * ahead of the switch, and must have sent all GnuTLS wrote.
+ *
+ * 0: done, why says what (cipher, version).  -1: refused (no tls kernel
+ * module, another cipher, a GnuTLS without gnutls_record_get_state...),
+ * why says which, and the socket is as it was: user-space TLS goes on.
+ * -2: TLS_RX was refused after TLS_TX was set: the socket carries neither
+ * kind of TLS any more and must be closed.  GnuTLS must be loaded (the
+ * session's library: libgnutls.so.30).  s is a gnutls_session_t.
+ */
+struct gnutls_session_int;
+extern int pdio_ktls_enable (struct gnutls_session_int *s, int fd, bool rx,
+                             char *why, size_t len);
 
 #endif /* PDIO_PROTOCOL_PROTO_H */
