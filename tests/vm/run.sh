@@ -27,7 +27,9 @@
 #                       nbdkit-align4096, nbdkit-sector4k (the same with
 #                       nbdkit and pdio.so as the server instead of pdio
 #                       serve), tls (nbd-client -enable-tls
-#                       against pdio serve on the guest's loopback), remote
+#                       against pdio serve on the guest's loopback),
+#                       ktls (the same with the kernel's TLS in pdio
+#                       serve, and a client's TLS 1.3 KeyUpdate), remote
 #                       (pdio attach nbd://... across a veth pair between
 #                       two network namespaces), and
 #                       systemd (the guest execs
@@ -67,7 +69,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,ktls,remote,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -112,7 +114,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     crash) ;;
     memory|memory_flags|memory_cgroup|memory_global|memory_swap|memory_slice_none) ;;
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
-    tls) ;;
+    tls|ktls) ;;
     remote) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
@@ -244,9 +246,14 @@ HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repai
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
-# the crash scenario's slow storage; veth: the remote scenario's link.
+# the crash scenario's slow storage; veth: the remote scenario's link;
+# tls and the ciphers it asks the crypto API for (gcm, ctr and ghash for
+# AES-GCM, chacha20poly1305 and its parts): the ktls scenario's kernel TLS
+# (the guest has no modprobe, so the kernel cannot load them on demand as
+# it does on Debian; the guest's qemu64 CPU has no AES-NI).
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
-  veth"
+  veth tls gcm ctr ghash_generic chacha20poly1305 chacha_generic
+  poly1305_generic"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot
@@ -518,8 +525,16 @@ mkdir -p "$ov/usr/sbin"
 ln -s /usr/bin/pdio "$ov/usr/sbin/mount.pdio"
 ln -s /usr/bin/pdio "$ov/usr/sbin/umount.pdio"
 cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
+# The ktls scenario's test programs (GnuTLS, linked: in the base with
+# nbd-client's libraries).
+mkdir -p "$ov/pdio/bin"
+for t in protocol/test_ktls server/tls_keyupdate; do
+    f=${PDIO_BUILDDIR:-$top}/tests/$t
+    [ -x "$f" ] || bail "$f not found (make -C tests ${t})"
+    cp "$f" "$ov/pdio/bin/"
+done
 case ",$scenarios," in
-*,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
+*,tls,*|*,ktls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
 esac
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"

@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# --- pdio serve with the kernel's TLS (scenario ktls) ---------------------------
+# The guest has the tls module (Debian's CONFIG_TLS=m; run.sh loads it at
+# boot, the guest having no modprobe).  pdio serve hands each session to
+# the kernel once the NBD handshake is over; its worker then sends and
+# receives plaintext.  The client is nbd-client -enable-tls (TLS in its own
+# user-space proxy), and server/tls_keyupdate for a TLS 1.3 KeyUpdate.
+# Uses tls.sh's helpers and run.sh's certificates in /pdio/tls.
+KTLS_SHADOW_MIB=8
+KTLS_AT_MIB=64
+
+# test_ktls on this kernel: every cipher and version handed over and
+# checked against a GnuTLS client; a KeyUpdate read back as a record.
+ktls_unit() {
+    PDIO_TEST_KTLS=yes /pdio/bin/test_ktls > "$LOGS/test_ktls.txt" 2>&1
+    rc=$?
+    cat "$LOGS/test_ktls.txt"
+    detail "$(grep -c ': 0: kTLS' "$LOGS/test_ktls.txt") of 6 cipher/version pairs in the kernel, exit $rc"
+    [ "$rc" = 0 ]
+}
+
+ktls_serve() {
+    tls_image
+    PDIO_SERVER_DEBUG=1
+    export PDIO_SERVER_DEBUG
+    tls_serve ktls --tls=require --tls-certificates "$TLS_DIR/server"
+    unset PDIO_SERVER_DEBUG
+}
+
+# The server's log names the TLS of each connection.
+ktls_in_kernel() {
+    wait_until 10 grep -q 'connection [0-9]*: TLS in' "$(srv_log)" || :
+    line=$(grep 'connection [0-9]*: TLS in' "$(srv_log)" | tail -n 1)
+    echo "$line"
+    detail "${line#*: TLS}"
+    echo "$line" | grep -q 'TLS in the kernel: kTLS '
+}
+
+tls_stat() { awk -v k="$1" '$1 == k { print $2 }' /proc/net/tls_stat; }
+
+# Exactly the server's socket has TLS in the kernel, both ways: the
+# client's TLS is nbd-client's proxy, in user space.
+ktls_stat() {
+    cat /proc/net/tls_stat
+    detail "TlsCurrTxSw $(tls_stat TlsCurrTxSw), TlsCurrRxSw $(tls_stat TlsCurrRxSw), TlsTxSw $(tls_stat TlsTxSw), TlsRxSw $(tls_stat TlsRxSw)"
+    [ "$(tls_stat TlsCurrTxSw)" = 1 ] && [ "$(tls_stat TlsCurrRxSw)" = 1 ]
+}
+
+# Random data through the device, read back past the page cache.
+ktls_data() {
+    head -c $((KTLS_SHADOW_MIB * 1048576)) /dev/urandom > "$STATE/ktls.shadow"
+    dd if="$STATE/ktls.shadow" of="$DEV" bs=1M seek="$KTLS_AT_MIB" oflag=direct conv=notrunc,fsync 2>&1
+    dd if="$DEV" bs=1M skip="$KTLS_AT_MIB" count="$KTLS_SHADOW_MIB" iflag=direct 2>/dev/null |
+        cmp - "$STATE/ktls.shadow"
+    detail "$KTLS_SHADOW_MIB MiB written at $KTLS_AT_MIB MiB and read back with O_DIRECT: equal to the shadow"
+}
+
+ktls_detach() {
+    umount "$MNT" 2>/dev/null || :
+    detach
+    wait_until 10 tls_no_proxy
+}
+
+# TLS 1.3 after the switch: the server sends no session ticket
+# (GNUTLS_NO_TICKETS: nothing of TLS's own is left to send once the kernel
+# holds the keys); the client's KeyUpdate cannot be followed (the
+# kernel's keys are set once), so the server ends the connection and says
+# why.
+ktls_keyupdate() {
+    lines=$(wc -l < "$(srv_log)")
+    rc=0
+    /pdio/bin/tls_keyupdate 127.0.0.1 "$TLS_PORT" "$TLS_DIR/ca-cert.pem" \
+        "$TLS_DIR/alice-cert.pem" "$TLS_DIR/alice-key.pem" > "$LOGS/keyupdate.txt" 2>&1 || rc=$?
+    cat "$LOGS/keyupdate.txt"
+    wait_until 10 grep -q 'KeyUpdate' "$(srv_log)" || :
+    log_new=$(tail -n +$((lines + 1)) "$(srv_log)")
+    echo "$log_new"
+    detail "tls_keyupdate exit $rc; server: $(echo "$log_new" | grep -F 'KeyUpdate' | head -n 1 | sed 's/.*connection/connection/')"
+    [ "$rc" = 3 ] && grep -q 'session tickets received: 0' "$LOGS/keyupdate.txt" &&
+        echo "$log_new" | grep -q 'TLS in the kernel' &&
+        echo "$log_new" | grep -q 'the client sent a TLS KeyUpdate'
+}
+
+ktls_image_check() {
+    dd if="$TLS_IMG" bs=1M skip="$KTLS_AT_MIB" count="$KTLS_SHADOW_MIB" 2>/dev/null |
+        cmp - "$STATE/ktls.shadow"
+    detail "the image holds the shadow at $KTLS_AT_MIB MiB"
+}
+
+scenario_ktls() {
+    step "ktls: loopback up in the guest (127.0.0.1, no other network)" tls_bring_up_lo
+    step "ktls: test_ktls: 3 ciphers x TLS 1.2/1.3 in the kernel against GnuTLS, a KeyUpdate read back as a record" ktls_unit
+    step "ktls: pdio serve --tls=require --tls-certificates on 127.0.0.1:$TLS_PORT" ktls_serve
+    step "ktls: nbd-client -enable-tls attaches /dev/nbd0" tls_attach
+    step "ktls: the server's log: the connection's TLS is in the kernel" ktls_in_kernel
+    step "ktls: /proc/net/tls_stat: one socket with kTLS each way (TlsCurrTxSw, TlsCurrRxSw)" ktls_stat
+    step "ktls: random data written through the device and read back: equal to its shadow" ktls_data
+    step "ktls: nbd-client -d detaches" ktls_detach
+    step "ktls: TLS 1.3: no session ticket sent; a client's KeyUpdate ends the connection, the server says why" ktls_keyupdate
+    step "ktls: pdio serve exits cleanly after SIGTERM" tls_stop
+    step "ktls: the image holds the shadow" ktls_image_check
+}
