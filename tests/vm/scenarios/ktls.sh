@@ -87,6 +87,50 @@ ktls_image_check() {
     detail "the image holds the shadow at $KTLS_AT_MIB MiB"
 }
 
+# ktls_measure_one LABEL [env...]: pdio serve (run as env ... pdio),
+# nbd-client attaches, fio on /dev/nbd0 for 5 s each: 4 KiB random reads
+# at QD32 and 1 MiB sequential reads at QD8; "LABEL IOPS MiB/s" lines.
+ktls_measure_one() {
+    label=$1; shift
+    tls_image
+    srv_spawn "measure-$label" env "$@" pdio serve --port "$TLS_PORT" --bind 127.0.0.1 \
+        --tls=require --tls-certificates "$TLS_DIR/server" "$TLS_IMG"
+    ready() { grep -q '^uri: ' "$(srv_log)"; }
+    wait_until 60 serving
+    tls_client alice
+    wait_until 10 nbd0_sized
+    for j in "rr4k --rw=randread --bs=4k --iodepth=32" "sr1m --rw=read --bs=1M --iodepth=8"; do
+        set -- $j
+        name=$1; shift
+        fio --name="$name" --filename="$DEV" --ioengine=io_uring --direct=1 \
+            --time_based --runtime=5 --size=256m --output-format=json "$@" > "$STATE/fio.json"
+        echo "$label $name $(jq -r '.jobs[0].read | "\(.iops|floor) \(.bw/1024|floor)"' "$STATE/fio.json")"
+    done
+    detach
+    wait_until 10 tls_no_proxy
+    srv_term
+}
+
+# A figure, not a pass condition (TCG): the same client and server with
+# TLS in the kernel and in GnuTLS (the test build's ktls-off).
+ktls_measure() {
+    ktls_measure_one kernel > "$STATE/measure.txt"
+    ktls_measure_one user PDIO_TEST_BREAK=ktls-off PATH=/pdio/broken:$PATH >> "$STATE/measure.txt"
+    cat "$STATE/measure.txt"
+    # Each ran the TLS it is labelled with.
+    if grep -q 'TLS stays in user space' "$LOGS/server-measure-kernel.log"; then
+        echo "the kTLS run was in user space"
+        return 1
+    fi
+    grep -q 'TLS stays in user space' "$LOGS/server-measure-user.log"
+    k4=$(awk '$1 == "kernel" && $2 == "rr4k" { print $3 }' "$STATE/measure.txt")
+    u4=$(awk '$1 == "user" && $2 == "rr4k" { print $3 }' "$STATE/measure.txt")
+    k1=$(awk '$1 == "kernel" && $2 == "sr1m" { print $4 }' "$STATE/measure.txt")
+    u1=$(awk '$1 == "user" && $2 == "sr1m" { print $4 }' "$STATE/measure.txt")
+    detail "TCG, nbd-client's TLS proxy as the client: rr4k QD32 kTLS $k4 / GnuTLS $u4 IOPS, sr1m QD8 kTLS $k1 / GnuTLS $u1 MiB/s"
+    [ -n "$k4" ] && [ -n "$u4" ] && [ -n "$k1" ] && [ -n "$u1" ]
+}
+
 scenario_ktls() {
     step "ktls: loopback up in the guest (127.0.0.1, no other network)" tls_bring_up_lo
     step "ktls: test_ktls: 3 ciphers x TLS 1.2/1.3 in the kernel against GnuTLS, a KeyUpdate read back as a record" ktls_unit
@@ -99,4 +143,5 @@ scenario_ktls() {
     step "ktls: TLS 1.3: no session ticket sent; a client's KeyUpdate ends the connection, the server says why" ktls_keyupdate
     step "ktls: pdio serve exits cleanly after SIGTERM" tls_stop
     step "ktls: the image holds the shadow" ktls_image_check
+    step "ktls: figures (TCG): fio through nbd-client, pdio serve with kTLS and with GnuTLS" ktls_measure
 }
