@@ -76,9 +76,9 @@
 #include <config.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
