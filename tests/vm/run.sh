@@ -528,11 +528,14 @@ cp "$top/tests/fio/"*.fio "$ov/pdio/fio/"
 # The ktls scenario's test programs (GnuTLS, linked: in the base with
 # nbd-client's libraries).
 mkdir -p "$ov/pdio/bin"
-for t in protocol/test_ktls server/tls_keyupdate; do
-    f=${PDIO_BUILDDIR:-$top}/tests/$t
-    [ -x "$f" ] || bail "$f not found (make -C tests ${t})"
-    cp "$f" "$ov/pdio/bin/"
-done
+case ",$scenarios," in
+*,ktls,*)
+    for t in protocol/test_ktls server/tls_keyupdate; do
+        f=${PDIO_BUILDDIR:-$top}/tests/$t
+        [ -x "$f" ] || bail "$f not found (make -C tests ${t})"
+        cp "$f" "$ov/pdio/bin/"
+    done ;;
+esac
 case ",$scenarios," in
 *,tls,*|*,ktls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
 esac
