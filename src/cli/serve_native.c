@@ -202,6 +202,7 @@ serve_native (const struct native_serve *o)
   struct handover taken, handed;
   struct pdio_image *img;
   struct pdio_tls *tls = NULL;
+  struct pdio_tls_config tls_cfg;
   sigset_t sigs;
   int fd = -1, hfd = -1, r;
 
@@ -225,7 +226,9 @@ serve_native (const struct native_serve *o)
   handover_init (&taken);
   handover_init (&handed);
   /* Bad credentials are found before anything is opened or listened on. */
-  if (o->tls.mode != PDIO_TLS_OFF && pdio_tls_new (&o->tls, &log, &tls) < 0)
+  tls_cfg = o->tls;
+  tls_cfg.no_ktls = test_break ("ktls-off");
+  if (o->tls.mode != PDIO_TLS_OFF && pdio_tls_new (&tls_cfg, &log, &tls) < 0)
     return EXIT_FAILED;
   if (pdio_open (&cfg, &img) < 0) {
     pdio_tls_free (tls);

@@ -184,9 +184,10 @@ pdio_ktls_enable (struct gnutls_session_int *s, int fd, bool rx, char *why,
 
     memset (&tx_ci, 0, sizeof tx_ci);
     memset (&rx_ci, 0, sizeof rx_ci);
-    return say (why, len, -1, "setsockopt TLS_TX (%s, TLS 1.%d): %s",
+    return say (why, len, -1, "setsockopt TLS_TX (%s, TLS 1.%d): %s%s",
                 gt.cipher_get_name (cipher), ver == GNUTLS_TLS1_3 ? 3 : 2,
-                strerror (e));
+                strerror (e), e == ENOENT ? " (the kernel's crypto API "
+                "lacks the cipher: modprobe gcm, or chacha20poly1305)" : "");
   }
   memset (&tx_ci, 0, sizeof tx_ci);
   if (rx && setsockopt (fd, SOL_TLS, TLS_RX, &rx_ci, rx_len) == -1) {

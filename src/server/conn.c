@@ -77,12 +77,15 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <linux/tls.h>
 
 #include "cmd.h"
 #include "container_of.h"
@@ -152,6 +155,8 @@ struct conn {
   struct nbd_handshake *hs;     /* CONN_HANDSHAKE only */
   struct tls_conn *tls;         /* after STARTTLS: every byte goes through
                                    it (tls.c) */
+  bool ktls;                    /* or, after the handshake, the kernel
+                                   holds the session (tls_conn_to_kernel) */
   size_t hs_sent;
   struct nbd_export export;     /* what the handshake offers */
   struct nbd_session s;
@@ -799,6 +804,81 @@ on_tls_settled (void *opaque)
   maybe_end (opaque);
 }
 
+/* The NBD handshake is over and the client waits for nothing: nothing of
+ * TLS is buffered or on its way, so the kernel can take the session from
+ * here (tls.c's tls_conn_to_kernel); where it cannot, TLS stays in user
+ * space.  false if the connection was aborted.
+ */
+static bool
+tls_to_kernel (struct conn *c)
+{
+  static atomic_bool told;
+  char why[256];
+  int r = tls_conn_to_kernel (c->tls, why, sizeof why);
+
+  if (r == 0) {
+    worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: TLS in the kernel: %s",
+                c->fd, why);
+    tls_conn_free (c->tls);
+    c->tls = NULL;
+    c->ktls = true;
+    return true;
+  }
+  if (r == -2) {
+    worker_log (c->w, PDIO_LOG_ERROR, "connection %d: %s", c->fd, why);
+    conn_abort (c, why);
+    return false;
+  }
+  /* Once per server: the reason is the same for every connection. */
+  if (!atomic_exchange (&told, true))
+    worker_log (c->w, PDIO_LOG_WARNING, "TLS stays in user space (GnuTLS), "
+                "not in the kernel: %s", why);
+  worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: TLS in user space "
+              "(GnuTLS): %s", c->fd, why);
+  return true;
+}
+
+/* With kTLS, a record that is not data (an alert, a TLS 1.3 KeyUpdate or
+ * ticket) fails a plain receive with EIO and waits: read it with room for
+ * its type, to say what ended the connection.
+ */
+static const char *
+ktls_record (struct conn *c, char *why, size_t len)
+{
+  unsigned char buf[64], cbuf[CMSG_SPACE (sizeof (unsigned char))];
+  struct iovec iov = { .iov_base = buf, .iov_len = sizeof buf };
+  struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+                      .msg_control = cbuf, .msg_controllen = sizeof cbuf };
+  struct cmsghdr *cm;
+  unsigned type = 0;
+  ssize_t r = recvmsg (c->fd, &m, MSG_DONTWAIT);
+
+  if (r <= 0) {
+    snprintf (why, len, "kTLS receive failed: %s",
+              r == 0 ? "end of stream" : strerror (errno));
+    return why;
+  }
+  cm = CMSG_FIRSTHDR (&m);
+  if (cm && cm->cmsg_level == SOL_TLS && cm->cmsg_type == TLS_GET_RECORD_TYPE)
+    type = *CMSG_DATA (cm);
+  if (type == 21 && r >= 2 && buf[1] == 0)
+    snprintf (why, len, "the client closed TLS (close_notify)");
+  else if (type == 21 && r >= 2)
+    snprintf (why, len, "TLS alert %u from the client", buf[1]);
+  else if (type == 22 && buf[0] == 24) {
+    /* Only a new key for the kernel would do, and Linux 6.1's kTLS
+     * cannot be given one: a session's keys are set once.
+     */
+    snprintf (why, len, "the client sent a TLS KeyUpdate, which kTLS "
+              "cannot follow on this kernel (its keys are set once)");
+    worker_log (c->w, PDIO_LOG_WARNING, "connection %d: %s", c->fd, why);
+  }
+  else
+    snprintf (why, len, "a TLS record of type %u (%u) from the client after "
+              "the handshake", type, buf[0]);
+  return why;
+}
+
 /* STARTTLS was answered: the TLS handshake, on_tls_handshake at its end. */
 static void
 start_tls (struct conn *c)
@@ -853,6 +933,8 @@ hs_step (struct conn *c)
                 "connection %d: transmission (flags 0x%x%s%s)",
                 c->fd, c->s.eflags, c->s.structured ? ", structured" : "",
                 c->s.meta_base_allocation ? ", base:allocation" : "");
+    if (c->tls && !tls_to_kernel (c))
+      return;
     if (c->w->stopping)
       drain (c);
     else
@@ -1289,6 +1371,12 @@ received (struct conn *c, int res)
     break;
   }
   if (res <= 0) {
+    char why[256];
+
+    if (c->ktls && res == -EIO) {
+      conn_abort (c, ktls_record (c, why, sizeof why));
+      return;
+    }
     conn_abort (c, res == 0 ? "client hung up" : "receive failed");
     return;
   }
@@ -1399,9 +1487,11 @@ hand_over_or_stop (struct conn *c)
   case CONN_TRANSMISSION:
     /* A TLS session's state (keys, sequence numbers) is this process's:
      * the successor could not continue it.  Its requests are answered
-     * and it is closed, as at a stop; its client reconnects.
+     * and it is closed, as at a stop; its client reconnects.  With kTLS
+     * the kernel holds it and the socket alone could go, but the
+     * successor would not know it for a kTLS socket: closed the same.
      */
-    if (c->tls) {
+    if (c->tls || c->ktls) {
       worker_log (c->w, PDIO_LOG_DEBUG, "connection %d: TLS, not handed "
                   "over: closed once its replies are sent", c->fd);
       drain (c);

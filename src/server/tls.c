@@ -35,6 +35,7 @@
 
 #include "container_of.h"
 #include "engine.h"
+#include "proto.h"
 #include "tls.h"
 #include "vg.h"
 
@@ -63,6 +64,7 @@ struct pdio_tls {
   gnutls_psk_server_credentials_t psk;
   gnutls_priority_t priority;
   bool verify_peer;
+  bool no_ktls;
   char **authz;
   size_t n_authz;
 };
@@ -293,6 +295,7 @@ pdio_tls_new (const struct pdio_tls_config *cfg, const struct pdio_log *log,
     return -ENOMEM;
   tls->mode = cfg->mode;
   tls->verify_peer = cfg->verify_peer;
+  tls->no_ktls = cfg->no_ktls;
   r = load_gnutls (log);
   if (r < 0) {
     free (tls);
@@ -835,7 +838,11 @@ tls_conn_new (const struct pdio_tls *tls, struct pdio_thread *t, int fd,
   tc->out_cap = TLS_OUT_BYTES;
   if (tc->in == NULL || tc->out == NULL)
     goto fail;
-  r = gt.gnutls_init (&tc->s, GNUTLS_SERVER | GNUTLS_NONBLOCK);
+  /* No session tickets: no resumption is offered, and nothing of the
+   * handshake is left to send once the kernel may hold the keys.
+   */
+  r = gt.gnutls_init (&tc->s, GNUTLS_SERVER | GNUTLS_NONBLOCK |
+                      GNUTLS_NO_TICKETS);
   if (r < 0)
     goto fail;
   r = gt.gnutls_priority_set (tc->s, tls->priority);
@@ -861,6 +868,27 @@ tls_conn_new (const struct pdio_tls *tls, struct pdio_thread *t, int fd,
  fail:
   tls_conn_free (tc);
   return NULL;
+}
+
+int
+tls_conn_to_kernel (struct tls_conn *tc, char *why, size_t len)
+{
+  if (tc->tls->no_ktls) {
+    snprintf (why, len, "kTLS is off");
+    return -1;
+  }
+  /* The kernel starts from the session's sequence numbers: no record may
+   * be half sent, nor read from the socket and not yet decrypted.
+   */
+  if (tls_conn_busy (tc) || tc->out_sent != tc->out_len) {
+    snprintf (why, len, "TLS records are still being sent");
+    return -1;
+  }
+  if (tc->in_start != tc->in_end) {
+    snprintf (why, len, "the client sent records ahead of the switch");
+    return -1;
+  }
+  return pdio_ktls_enable (tc->s, tc->fd, true, why, len);
 }
 
 void

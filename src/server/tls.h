@@ -8,7 +8,9 @@
  * sends drain.  Nothing blocks and no thread is added: when GnuTLS wants
  * bytes that have not come, a receive is queued and the step is retried
  * from its completion.  Without TLS none of this runs: conn.c's receives
- * and sends go straight to the socket, as before.
+ * and sends go straight to the socket, as before; and with kTLS, once the
+ * NBD handshake is over, neither does it: the kernel then holds the keys
+ * and conn.c's plain receives and sends carry the records.
  *
  * No GnuTLS type appears here, so pdio(1) needs no GnuTLS headers.
  */
@@ -62,6 +64,13 @@ extern bool tls_conn_recv (struct tls_conn *tc, const struct iovec *iov,
                            struct pdio_completion *done);
 extern bool tls_conn_send (struct tls_conn *tc, const struct iovec *iov,
                            int iovcnt, struct pdio_completion *done);
+/* Hands the session to the kernel (kTLS, proto.h's pdio_ktls_enable),
+ * between messages: nothing of the session in flight or buffered.  0:
+ * plain receives and sends on the socket carry TLS from now on, and tc
+ * is only to be freed.  -1: the session goes on here, as before.  -2:
+ * the socket can carry neither.  why says what happened in each case.
+ */
+extern int tls_conn_to_kernel (struct tls_conn *tc, char *why, size_t len);
 /* What to cancel for a pending tls_conn_recv (io_uring_prep_cancel). */
 extern void *tls_conn_recv_token (struct tls_conn *tc);
 

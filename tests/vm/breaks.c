@@ -38,6 +38,8 @@
  *                         size of the attach)
  *   attach-no-lock        attach takes no claim on the image: concurrent
  *                         attaches of one image are not told the winner
+ *   ktls-off              pdio serve keeps TLS in user space (GnuTLS)
+ *                         where the kernel could take the session
  *   no-destroy-flag       devices made on demand are not destroyed on
  *                         disconnect (NBD_CFLAG_DESTROY_ON_DISCONNECT)
  *   kernel-timeout-default  attach as before timeout 0 was the default:

@@ -27,7 +27,9 @@
 #                       nbdkit-align4096, nbdkit-sector4k (the same with
 #                       nbdkit and pdio.so as the server instead of pdio
 #                       serve), tls (nbd-client -enable-tls
-#                       against pdio serve on the guest's loopback), remote
+#                       against pdio serve on the guest's loopback),
+#                       ktls (the same with the kernel's TLS in pdio
+#                       serve, and a client's TLS 1.3 KeyUpdate), remote
 #                       (pdio attach nbd://... across a veth pair between
 #                       two network namespaces), stats (pdio stats: the
 #                       counters across a hand-over and a SIGKILL, and
@@ -74,7 +76,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,remote_tls,stats,names,deb,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,ktls,remote,remote_tls,stats,names,deb,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -119,7 +121,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     crash) ;;
     memory|memory_flags|memory_cgroup|memory_global|memory_swap|memory_slice_none) ;;
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
-    tls) ;;
+    tls|ktls) ;;
     remote) ;;
     stats) ;;
     names|deb) ;;
@@ -621,8 +623,19 @@ case ",$scenarios," in
     deb_note="$(cd "$ov/pdio/deb" && echo *.deb) (${debs%% *}, $(($(now) - t1))s)"
     ;;
 esac
+# The ktls scenario's test programs (GnuTLS, linked: in the base with
+# nbd-client's libraries).
+mkdir -p "$ov/pdio/bin"
 case ",$scenarios," in
-*,tls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
+*,ktls,*)
+    for t in protocol/test_ktls server/tls_keyupdate; do
+        f=${PDIO_BUILDDIR:-$top}/tests/$t
+        [ -x "$f" ] || bail "$f not found (make -C tests ${t})"
+        cp "$f" "$ov/pdio/bin/"
+    done ;;
+esac
+case ",$scenarios," in
+*,tls,*|*,ktls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
 esac
 case ",$scenarios," in
 *,remote_tls,*) make_remote_tls_credentials "$ov/pdio/rtls" || bail "cannot make the remote_tls scenario's credentials (certtool, psktool: package gnutls-bin)" ;;

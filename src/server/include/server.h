@@ -39,6 +39,8 @@ struct pdio_tls_config {
                                    DNs (RFC 4514, as certtool -i prints
                                    "Subject:") or PSK identities let in */
   size_t n_authz;
+  bool no_ktls;                 /* keep the records in user space, even
+                                   where the kernel could take them */
 };
 
 /* The loaded credentials, shared read-only by every worker. */
