@@ -67,6 +67,8 @@
  *   watchdog-ignores-stall  the watchdog replaces a server that has not
  *                         answered for 10 s however stalled (D state,
  *                         memory pressure) it is, as it used to
+ *   no-max-request        attach leaves the driver's largest request
+ *                         (max_sectors_kb) at its 128 KiB
  *   no-reserve            pdio serve's workers keep no pool reserve: an
  *                         idle server pins nothing, and the first write
  *                         after its pool went back faults a chunk in
