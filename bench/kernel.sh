@@ -77,10 +77,10 @@ if [ "$accel" = auto ]; then
         accel_reason="no usable /dev/kvm"
     elif [ -z "$kernel" ]; then
         accel_reason="no cached kernel to probe KVM with"
-    elif timeout 20 qemu-system-x86_64 -accel kvm -cpu host -machine pc -nodefaults \
+    elif (timeout 20 qemu-system-x86_64 -accel kvm -cpu host -machine pc -nodefaults \
             -display none -monitor none -serial stdio -m 256 -no-reboot \
-            -kernel "$kernel" -append "console=ttyS0 panic=-1" 2>/dev/null |
-            grep -q -m 1 'Linux version'; then
+            -kernel "$kernel" -append "console=ttyS0 panic=-1" |
+            grep -q -m 1 'Linux version') 2>/dev/null; then
         accel=kvm
     else
         accel_reason="/dev/kvm exists but does not boot the guest kernel"
