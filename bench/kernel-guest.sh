@@ -62,6 +62,7 @@ kb_centis() { awk '{ printf "%d\n", $1 * 100 }' /proc/uptime; }
 kb_dev_ios() { awk '{ print $1 + $5 }' "/sys/block/${1#/dev/}/stat"; }
 
 kb_snap() {
+    # shellcheck disable=SC2086 # a list of pids
     echo "$(kb_centis) $(kb_busy) $(kb_srv_ticks $KB_PIDS) $(kb_dev_ios "$KB_DEV")"
 }
 
@@ -122,8 +123,8 @@ kb_wait_sock() { wait_until 30 test -S "$KB_SOCK"; }
 kb_describe() {
     q=/sys/block/${KB_DEV#/dev/}/queue
     hw=$(ls "/sys/block/${KB_DEV#/dev/}/mq" 2>/dev/null | wc -l)
-    echo "$KB_CONF $KB_DEV max_sectors_kb=$(cat $q/max_sectors_kb) max_hw_sectors_kb=$(cat $q/max_hw_sectors_kb) hw_queues=$hw logical_block=$(cat $q/logical_block_size) $*" >> "$KB_OUT/configs.tsv"
-    detail "$KB_CONF: $KB_DEV max_sectors_kb $(cat $q/max_sectors_kb), $hw hardware queue(s) $*"
+    echo "$KB_CONF $KB_DEV max_sectors_kb=$(cat "$q/max_sectors_kb") max_hw_sectors_kb=$(cat "$q/max_hw_sectors_kb") hw_queues=$hw logical_block=$(cat "$q/logical_block_size") $*" >> "$KB_OUT/configs.tsv"
+    detail "$KB_CONF: $KB_DEV max_sectors_kb $(cat "$q/max_sectors_kb"), $hw hardware queue(s) $*"
 }
 
 # kb_conf NAME: one configuration through the job list.  NAME: loop,
@@ -149,8 +150,8 @@ kb_conf() {
         pdio-ms*)
             q=/sys/block/${KB_DEV#/dev/}/queue
             ms=${1#pdio-ms}
-            [ "$ms" != max ] || ms=$(cat $q/max_hw_sectors_kb)
-            echo "$ms" > $q/max_sectors_kb
+            [ "$ms" != max ] || ms=$(cat "$q/max_hw_sectors_kb")
+            echo "$ms" > "$q/max_sectors_kb"
             # Only the sequential jobs say anything about request size.
             jobs=$(echo "$KB_JOBS" | tr ' ' '\n' | grep -E '^s[rw]1m' | tr '\n' ' ')
             ;;

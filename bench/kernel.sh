@@ -12,7 +12,7 @@
 #
 # Options:
 #   --configs LIST   configurations, in order (default: loop,pdio,pdio-c2,
-#                    pdio-c4,qemu-nbd,nbdkit-file,pdio-ms512,pdio-msmax):
+#                    pdio-c4,qemu-nbd,nbdkit-file,pdio-ms128,pdio-msmax):
 #                    loop; pdio (pdio attach's defaults); pdio-cN (-C N);
 #                    pdio-msK (the defaults, then max_sectors_kb K, or max
 #                    = max_hw_sectors_kb; sequential jobs only); qemu-nbd
@@ -32,7 +32,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 
-configs=loop,pdio,pdio-c2,pdio-c4,qemu-nbd,nbdkit-file,pdio-ms512,pdio-msmax
+configs=loop,pdio,pdio-c2,pdio-c4,qemu-nbd,nbdkit-file,pdio-ms128,pdio-msmax
 jobs=rr4k-qd1,rr4k-qd32,rw4k-qd32,sr1m-qd8,sw1m-qd8,untar
 runtime=6 ramp=1 size=512m accel=auto out="" reverse=0 report=""
 
