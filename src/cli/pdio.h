@@ -69,9 +69,10 @@ enum {
 #define DEFAULT_MULTI_TIMEOUT 15
 /* The largest request pdio asks the kernel to send (max_sectors_kb), if
  * the server advertises at least that much: the driver's default is 128
- * KiB.  Measured on the kernel path (bench/kernel.sh), 512 KiB and 1 MiB
- * requests moved 1 MiB sequential I/O faster than 128 KiB; larger ones
- * did not, and a longer request is a longer one for the io_timeout timer
+ * KiB.  Measured on the kernel path (bench/kernel.sh), 1 MiB requests
+ * moved 1 MiB sequential writes faster than 128 KiB (median 1.5x) and
+ * reads a little; larger ones did not, and a longer request is a longer
+ * one for the io_timeout timer
  * (REQUEUE_MS, and DEFAULT_MULTI_TIMEOUT with several connections) to
  * outlast on a slow link.  Below MIN_REQUEST_BYTES (a page) the kernel
  * refuses the setting.
