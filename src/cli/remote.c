@@ -238,7 +238,8 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     int fds[1] = { fd };
     uint16_t flags = e.eflags | (o->readonly ? NBD_FLAG_READ_ONLY : 0);
 
-    if (!device_connect_fds (&rec, fds, flags, why, sizeof why)) {
+    if (!device_connect_fds (&rec, fds, flags, e.block_max, why,
+                             sizeof why)) {
       errorf (CMD ": %s: %s", rec.device[0] ? rec.device : o->uri, why);
       if (rec.device[0] && device_is_ours (&rec))
         device_disconnect (rec.device, why, sizeof why);

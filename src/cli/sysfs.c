@@ -160,6 +160,32 @@ nbd_announce (int idx)
 }
 
 bool
+nbd_set_max_request (int idx, uint32_t bytes, unsigned *kb)
+{
+  char path[PATH_MAX], line[32];
+  unsigned long hw;
+  FILE *fp;
+  bool ok;
+
+  snprintf (path, sizeof path, "%s/block/nbd%d/queue/max_hw_sectors_kb",
+            sysfs (), idx);
+  if (!read_line (path, line, sizeof line))
+    return false;
+  hw = strtoul (line, NULL, 10);
+  *kb = bytes / 1024 < hw ? bytes / 1024 : (unsigned) hw;
+  snprintf (path, sizeof path, "%s/block/nbd%d/queue/max_sectors_kb",
+            sysfs (), idx);
+  fp = fopen (path, "we");
+  if (fp == NULL)
+    return false;
+  ok = fprintf (fp, "%u\n", *kb) > 0;
+  /* sysfs reports a refused value at the write, i.e. at fclose. */
+  if (fclose (fp) == EOF)
+    ok = false;
+  return ok;
+}
+
+bool
 nbd_in_flight (int idx)
 {
   char path[PATH_MAX];

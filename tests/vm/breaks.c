@@ -80,6 +80,8 @@
  *   name-unchecked        attach takes a name another device has
  *   no-udev-change        attach sends udev no change event once the
  *                         backend identifier is set
+ *   no-max-request        attach leaves the driver's largest request
+ *                         (max_sectors_kb) at its 128 KiB
  *   no-reserve            pdio serve's workers keep no pool reserve: an
  *                         idle server pins nothing, and the first write
  *                         after its pool went back faults a chunk in

@@ -57,6 +57,11 @@
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
 #   --shell             no tests: boot to a busybox shell on this terminal
+#   --bench DIR         no tests: run bench/kernel.sh's guest half,
+#                       DIR/guest.sh (scenario_bench), with DIR as
+#                       /pdio/bench in the guest; implies --keep
+#   --accel tcg|kvm     qemu's accelerator (default tcg; kvm takes the
+#                       host's CPU model)
 #   --break LIST        run pdio-broken in place of pdio, with
 #                       PDIO_TEST_BREAK=LIST in the guest (the break points
 #                       are listed in tests/vm/breaks.c): the tests of the
@@ -75,7 +80,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
-keep=0 verbose=0 shell=0 workdir=""
+keep=0 verbose=0 shell=0 workdir="" bench="" accel=tcg
 scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,ktls,remote,remote_tls,stats,names,deb,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
@@ -107,6 +112,8 @@ while [ $# -gt 0 ]; do
     --workdir) workdir=${2:?}; shift ;;
     --workdir=*) workdir=${1#*=} ;;
     --break) break_list=${2:?}; shift ;;
+    --bench) bench=${2:?}; keep=1; shift ;;
+    --accel) accel=${2:?}; shift ;;
     --break=*) break_list=${1#*=} ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown argument: $1" >&2; usage ;;
@@ -114,8 +121,18 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+case $accel in
+tcg) accel_args="-accel tcg,thread=multi -cpu ${PDIO_VM_CPU:-qemu64}" ;;
+kvm) accel_args="-accel kvm -cpu host" ;;
+*) echo "run.sh: --accel $accel: tcg or kvm" >&2; exit 2 ;;
+esac
+if [ -n "$bench" ]; then
+    [ -f "$bench/guest.sh" ] || { echo "run.sh: --bench $bench: no guest.sh in it" >&2; exit 2; }
+    scenarios=bench
+fi
 for s in $(echo "$scenarios" | tr ',' ' '); do
     case $s in
+    bench) [ -n "$bench" ] || { echo "run.sh: scenario bench needs --bench DIR" >&2; exit 2; } ;;
     ext4|ioctl|xfs|fio|align4096|sector4k|reference|cli|recover|handover|mount|partitions) ;;
     resize|ondemand) ;;
     crash) ;;
@@ -591,6 +608,10 @@ cp "$here/guest-init.sh" "$ov/init"
 chmod 755 "$ov/init"
 mkdir -p "$ov/pdio/scenarios" "$ov/pdio/lib"
 cp "$here/scenarios/"*.sh "$ov/pdio/scenarios/"
+if [ -n "$bench" ]; then
+    cp -R "$bench" "$ov/pdio/bench"
+    cp "$bench/guest.sh" "$ov/pdio/scenarios/bench.sh"
+fi
 cp "$top/tests/lib/"* "$ov/pdio/lib/"
 cp "$plugin" "$ov/pdio/pdio.so"
 mkdir -p "$ov/usr/bin" "$ov/pdio/broken"
@@ -677,7 +698,7 @@ truncate -s 4G "$work/scratch4k.img"
 # memory scenarios read the OOM killer's reports from it.
 append="console=ttyS0 panic=-1 oops=panic nowatchdog rcupdate.rcu_cpu_stall_suppress=1 random.trust_cpu=on log_buf_len=1M"
 set -- qemu-system-x86_64 -nodefaults -no-user-config -machine pc \
-    -accel tcg,thread=multi -cpu "${PDIO_VM_CPU:-qemu64}" -smp 2 -m 2048 \
+    $accel_args -smp 2 -m 2048 \
     -kernel "$vmlinuz" -initrd "$work/initrd.cpio" -append "$append" \
     -display none -no-reboot \
     -drive "file=$work/scratch.img,if=none,id=scratch,format=raw,cache=unsafe" \

@@ -27,11 +27,15 @@ cli_attach() {
     lbs=$(cat "/sys/block/nbd$i/queue/logical_block_size")
     queues=$(ls "/sys/block/nbd$i/mq" | wc -l)
     pid=$(cli_pid)
-    detail "$(cli_dev), $((size / 1048576)) MiB, pdio attach chose logical block $lbs, $queues connection(s), server pid $pid"
+    maxkb=$(cat "/sys/block/nbd$i/queue/max_sectors_kb")
+    detail "$(cli_dev), $((size / 1048576)) MiB, pdio attach chose logical block $lbs, $queues connection(s), requests up to $maxkb KiB, server pid $pid"
     case $(cli_dev) in /dev/nbd[0-9]*) ;; *) return 1 ;; esac
     [ "$size" = "$CLI_SIZE" ]
     [ "$lbs" = 512 ]
     [ "$queues" = 1 ]                          # one connection by default
+    # pdio serve advertises 32 MiB: attach raises the driver's 128 KiB to
+    # its own cap, 1 MiB (pdio.h, MAX_REQUEST_BYTES).
+    [ "$maxkb" = 1024 ]
     [ "$(cat "/proc/$pid/comm")" = pdio ]      # pdio's own server by default
 }
 
@@ -479,7 +483,7 @@ cli_child_unprotected() {
 }
 
 scenario_cli() {
-    step "cli: pdio attach prints the device, 512-byte blocks, 1 connection" cli_attach
+    step "cli: pdio attach prints the device, 512-byte blocks, 1 connection, 1 MiB requests" cli_attach
     step "cli: pdio list and list --json show it" cli_list
     step "cli: a second attach of the image is refused, by any path, naming the holder" cli_double
     step "cli: mkfs.ext4, mount, write files, remount, every checksum verified" cli_fs
