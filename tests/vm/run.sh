@@ -29,7 +29,10 @@
 #                       serve), tls (nbd-client -enable-tls
 #                       against pdio serve on the guest's loopback), remote
 #                       (pdio attach nbd://... across a veth pair between
-#                       two network namespaces), and
+#                       two network namespaces), remote_ops (mount -t
+#                       pdio nbd://..., fstab _netdev, --shared, detach
+#                       --all, nbdkit), remote_faults (packets dropped,
+#                       the server restarted, under fio verify), and
 #                       systemd (the guest execs
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
@@ -67,7 +70,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir=""
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,remote,remote_ops,remote_faults,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -114,6 +117,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     nbdkit-ext4|nbdkit-ioctl|nbdkit-xfs|nbdkit-fio|nbdkit-align4096|nbdkit-sector4k|nbdkit-recover) ;;
     tls) ;;
     remote) ;;
+    remote_ops|remote_faults) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -237,16 +241,19 @@ fetch_kernel() {
 # Programs the guest runs, from this machine (busybox covers the rest;
 # stress-ng is the memory scenarios' hog, and diffutils' cmp compares what
 # they read back several times faster than busybox's; ip (iproute2: netns,
-# veth), qemu-nbd and nbd-server the remote scenario's).
+# veth), qemu-nbd and nbd-server the remote scenario's; tc (netem) the
+# remote_faults one's).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
-  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server"
+  resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server
+  tc"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
-# the crash scenario's slow storage; veth: the remote scenario's link.
+# the crash scenario's slow storage; veth: the remote scenario's link;
+# sch_netem: remote_faults' lost packets.
 MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
-  veth"
+  veth sch_netem"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot

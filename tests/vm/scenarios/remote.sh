@@ -316,10 +316,14 @@ rm_nbd_server() {
     rm_unserve
 }
 
+rm_no_veth() { ! "$RM_IP" link show veth-c > /dev/null 2>&1; }
 rm_teardown() {
     rm_unserve
     "$RM_IP" netns del "$RM_NS"
-    ! "$RM_IP" link show veth-c 2> /dev/null
+    # (Not "! ip link show" alone: set -e ignores a negated command.)  The
+    # kernel dismantles the namespace, and the pair with it, in the
+    # background, once no process is left in it.
+    wait_until 30 rm_no_veth
     left=$(ls "$PDIO_RUN" | grep '^nbd' || true)
     [ -z "$left" ] || { echo "left in $PDIO_RUN: $left"; return 1; }
 }
