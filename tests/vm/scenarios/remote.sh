@@ -179,7 +179,11 @@ rm_under_fio() {
     touch "$STATE/rc.stop"
     # fio ends at the latest once the device fails its requests (past
     # --dead-timeout, those stuck in flight too).
-    wait_until $((RM_LONG_DEAD + 120)) test -f "$STATE/rc.fioruns"
+    # Requests in flight when a link died and was never replaced wait for
+    # ever (request timeout 0): fio then never ends, and neither would a
+    # wait for it.
+    wait_until $((RM_LONG_DEAD + 120)) test -f "$STATE/rc.fioruns" ||
+        { echo "$tag: fio still running $((RM_LONG_DEAD + 120)) s after the fault"; return 1; }
     wait "$(cat "$STATE/rc.fiopid")" 2>/dev/null || true
     wait "$(cat "$STATE/rc.probepid")" 2>/dev/null || true
     set -- $(rc_fio_figures "$tag")
