@@ -757,7 +757,8 @@ attach_uri (const struct attach_opts *o)
 {
   const struct remote_opts ro = {
     .uri = o->image, .readonly = o->readonly, .block_size = o->block_size,
-    .timeout = o->timeout == TIMEOUT_UNSET ? DEFAULT_TIMEOUT : o->timeout,
+    .timeout = test_break ("kernel-timeout-nonzero") ? 1
+               : o->timeout == TIMEOUT_UNSET ? DEFAULT_TIMEOUT : o->timeout,
     .dead_timeout = o->dead_timeout, .autoclear = o->autoclear,
     .device = o->device, .shared = o->shared, .slice = o->slice,
     .swap = o->swap, .tls_certificates = o->tls_certificates,

@@ -147,7 +147,7 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
               h.doing);
     return EXIT_FAILED;
   }
-  if (!check_others (o, canon))
+  if (!test_break ("no-shared-check") && !check_others (o, canon))
     goto fail_claim;
   protect_supervisor (o->slice, o->swap, canon, &prot);
 
@@ -156,7 +156,8 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     errorf (CMD ": %s", why);
     goto fail_claim;
   }
-  if (o->shared && !(e.eflags & NBD_FLAG_CAN_MULTI_CONN)) {
+  if (o->shared && !(e.eflags & NBD_FLAG_CAN_MULTI_CONN) &&
+      !test_break ("no-shared-check")) {
     errorf (CMD ": --shared: %s does not advertise multi-conn "
             "(NBD_FLAG_CAN_MULTI_CONN): another client's writes might not "
             "be seen by this one", o->uri);

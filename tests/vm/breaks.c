@@ -47,7 +47,7 @@
  *                         up to 4
  *   kernel-timeout-nonzero  attach gives the kernel a request timeout of
  *                         1 s (the requeue timer as a timeout that drops
- *                         the connection)
+ *                         the connection), a remote device's too
  *   no-watchdog           the supervisor never probes its server
  *   no-reconnect          a remote device's supervisor records a dead link
  *                         but never reconnects
@@ -58,6 +58,9 @@
  *   relay-flip            the TLS relay flips a bit at the end of each
  *                         chunk of more than 4 KiB that the kernel sends
  *                         (a write's data) before the server gets it
+ *   no-shared-check       attach of a remote export neither refuses a
+ *                         second attachment of it nor asks multi-conn of
+ *                         the server for --shared
  *   link-dead-at-attach   attach shuts the device's first connection down
  *                         right before it becomes the supervisor: a
  *                         LINK_DEAD the kernel sends while attach works

@@ -33,7 +33,10 @@
 #                       (pdio attach nbd://... across a veth pair between
 #                       two network namespaces), stats (pdio stats: the
 #                       counters across a hand-over and a SIGKILL, and
-#                       --watch against fio), remote_tls (the same
+#                       --watch against fio), remote_ops (mount -t
+#                       pdio nbd://..., fstab _netdev, --shared, detach
+#                       --all, nbdkit), remote_faults (packets dropped,
+#                       the server restarted, under fio verify), remote_tls (the same
 #                       with nbds://: kTLS, and the relay), names
 #                       (/dev/disk/by-pdio under systemd-udevd run as
 #                       a daemon), deb (the Debian packages built from
@@ -81,7 +84,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir="" bench="" accel=tcg
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,ktls,remote,remote_tls,stats,names,deb,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,ktls,remote,remote_ops,remote_faults,remote_tls,stats,names,deb,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
@@ -143,6 +146,7 @@ for s in $(echo "$scenarios" | tr ',' ' '); do
     stats) ;;
     names|deb) ;;
     remote_tls) ;;
+    remote_ops|remote_faults) ;;
     systemd) ;;
     *) echo "run.sh: unknown scenario: $s" >&2; exit 2 ;;
     esac
@@ -268,11 +272,12 @@ fetch_kernel() {
 # they read back several times faster than busybox's; ip (iproute2: netns,
 # veth), qemu-nbd and nbd-server the remote scenario's; dpkg and the
 # helpers it runs (dpkg-deb, dpkg-split, dpkg-query, GNU tar), with the
-# ldconfig it wants on PATH, the deb scenario's).
+# ldconfig it wants on PATH, the deb scenario's; tc (netem) the
+# remote_faults one's).
 HOST_PROGRAMS="nbdkit nbd-client nbdinfo fio mkfs.ext4 e2fsck mkfs.xfs xfs_repair
   xfs_io fincore fstrim blockdev mount umount sfdisk systemctl udevadm jq losetup
   resize2fs xfs_growfs dmsetup stress-ng cmp ip qemu-nbd nbd-server
-  dpkg dpkg-deb dpkg-split dpkg-query tar ldconfig ss"
+  dpkg dpkg-deb dpkg-split dpkg-query tar ldconfig ss tc"
 # Modules to load; their dependencies are added from modinfo.  crc32c is
 # needed by ext4 and xfs but is a soft dependency nobody declares.  loop:
 # losetup is the ondemand scenario's comparison; dm_delay (with dmsetup):
@@ -286,7 +291,8 @@ MODULES="virtio_pci virtio_blk nbd crc32c_generic ext4 xfs loop dm_mod dm_delay
   poly1305_generic"
 # inet_diag and tcp_diag: ss -tie shows a socket's TCP ULP (remote_tls)
 # through them; without, ss reads /proc/net/tcp, which does not have it.
-MODULES="$MODULES inet_diag tcp_diag"
+# sch_netem: remote_faults' lost packets.
+MODULES="$MODULES inet_diag tcp_diag sch_netem"
 # The systemd scenario boots systemd as init, as Debian does, with udev:
 # the manager, systemctl, the fstab generator, udevd (udevadm under its
 # other name) and the host's udev rules, and the unit files of the boot

@@ -179,7 +179,11 @@ rm_under_fio() {
     touch "$STATE/rc.stop"
     # fio ends at the latest once the device fails its requests (past
     # --dead-timeout, those stuck in flight too).
-    wait_until $((RM_LONG_DEAD + 120)) test -f "$STATE/rc.fioruns"
+    # Requests in flight when a link died and was never replaced wait for
+    # ever (request timeout 0): fio then never ends, and neither would a
+    # wait for it.
+    wait_until $((RM_LONG_DEAD + 120)) test -f "$STATE/rc.fioruns" ||
+        { echo "$tag: fio still running $((RM_LONG_DEAD + 120)) s after the fault"; return 1; }
     wait "$(cat "$STATE/rc.fiopid")" 2>/dev/null || true
     wait "$(cat "$STATE/rc.probepid")" 2>/dev/null || true
     set -- $(rc_fio_figures "$tag")
@@ -316,10 +320,14 @@ rm_nbd_server() {
     rm_unserve
 }
 
+rm_no_veth() { ! "$RM_IP" link show veth-c > /dev/null 2>&1; }
 rm_teardown() {
     rm_unserve
     "$RM_IP" netns del "$RM_NS"
-    ! "$RM_IP" link show veth-c 2> /dev/null
+    # (Not "! ip link show" alone: set -e ignores a negated command.)  The
+    # kernel dismantles the namespace, and the pair with it, in the
+    # background, once no process is left in it.
+    wait_until 30 rm_no_veth
     left=$(ls "$PDIO_RUN" | grep '^nbd' || true)
     [ -z "$left" ] || { echo "left in $PDIO_RUN: $left"; return 1; }
 }
