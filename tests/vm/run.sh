@@ -46,7 +46,10 @@
 #                       systemd as init, so it always runs last)
 #                       (default: all but nbdkit-ioctl, in that order, but
 #                       memory, which takes about half an hour of its own
-#                       and runs in a guest of its own as vm/memory.tap).
+#                       and runs in a guest of its own as vm/memory.tap,
+#                       and tls, ktls, remote, remote_ops, remote_faults
+#                       and remote_tls, which vm/network.tap runs in
+#                       another).
 #                       Each scenario is tests/vm/scenarios/NAME.sh
 #                       (memory.sh has the memory ones)
 #   --plugin PATH       the pdio.so to test (default: $PDIO_PLUGIN, else the
@@ -84,7 +87,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 
 keep=0 verbose=0 shell=0 workdir="" bench="" accel=tcg
-scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,tls,ktls,remote,remote_ops,remote_faults,remote_tls,stats,names,deb,systemd"
+scenarios="ext4,ioctl,xfs,fio,align4096,sector4k,reference,cli,recover,nbdkit-recover,handover,crash,mount,partitions,resize,ondemand,nbdkit-ext4,nbdkit-xfs,nbdkit-fio,nbdkit-align4096,nbdkit-sector4k,stats,names,deb,systemd"
 break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
