@@ -279,7 +279,8 @@ cli_make_orphan() {
         [ ! -f "$b/pid" ] || d=/dev/${b##*/}
     done
     [ -n "$d" ] || { echo "no device left connected"; return 1; }
-    grep -q "^pdio:[0-9]*:[0-9]*:[0-9]*:$CLI_IMG\$" "/sys/block/${d#/dev/}/backend"
+    # pdio:MAJ:MIN:INO:NAME:PATH, the name the image's (cli).
+    grep -q "^pdio:[0-9]*:[0-9]*:[0-9]*:cli:$CLI_IMG\$" "/sys/block/${d#/dev/}/backend"
     [ ! -e "$PDIO_RUN/${d#/dev/}.rec" ] || { echo "$d has a record"; return 1; }
     [ -z "$(comm_pids pdio-supervise)" ] || { echo "a supervisor runs"; return 1; }
     echo "$d" > "$STATE/cli.orphan"

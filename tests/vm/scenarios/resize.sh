@@ -208,7 +208,8 @@ rs_backend() {
     PDIO_TEST_BREAK=backend-mismatch /pdio/broken/pdio resize "$(rs_dev)" || rc=$?
     dmesg | grep "backend image doesn't match" || true
     detail "/sys/block/nbd$(rs_idx)/backend: $b; a reconfigure for another image: exit $rc, size $(rs_dev_size)"
-    case $b in "pdio:"*":$ino:$RS_IMG") ;; *) echo "backend is '$b'"; return 1 ;; esac
+    # pdio:MAJ:MIN:INO:NAME:PATH, the name the image's (rs).
+    case $b in "pdio:"*":$ino:rs:$RS_IMG") ;; *) echo "backend is '$b'"; return 1 ;; esac
     [ "$b" = "$(rs_field backend)" ]
     [ "$rc" = 1 ] && [ "$(rs_dev_size)" = "$size" ]
     dmesg | grep -q "backend image doesn't match with $b"
