@@ -179,23 +179,25 @@ snapshot (const char *file, const struct record *recs, size_t n,
 }
 
 static uint64_t
-total_errors (const struct pdio_devstats_op *op)
+sum (const uint64_t *v, size_t n)
 {
   uint64_t t = 0;
 
-  for (int e = 0; e < PDIO_DEVSTATS_ERRS; e++)
-    t += op->errors[e];
+  for (size_t i = 0; i < n; i++)
+    t += v[i];
   return t;
+}
+
+static uint64_t
+total_errors (const struct pdio_devstats_op *op)
+{
+  return sum (op->errors, PDIO_DEVSTATS_ERRS);
 }
 
 static uint64_t
 count_of (const struct pdio_devstats_op *op)
 {
-  uint64_t t = 0;
-
-  for (int b = 0; b < PDIO_DEVSTATS_BUCKETS; b++)
-    t += op->buckets[b];
-  return t;
+  return sum (op->buckets, PDIO_DEVSTATS_BUCKETS);
 }
 
 /* The latency below which q of the requests fall, in ns: a bucket's upper
