@@ -419,13 +419,17 @@ set_errno (int r)
   }
 }
 
-bool
-tls_client_read (struct tls_client *t, void *buf, size_t n)
+/* Moves all n bytes through the session, receiving (rx) or sending;
+ * send only reads buf.
+ */
+static bool
+transfer (struct tls_client *t, void *buf, size_t n, bool rx)
 {
   for (char *p = buf; n; ) {
-    ssize_t r = gt.gnutls_record_recv (t->s, p, n);
+    ssize_t r = rx ? gt.gnutls_record_recv (t->s, p, n)
+                   : gt.gnutls_record_send (t->s, p, n);
 
-    if (r == 0) {
+    if (r == 0 && rx) {
       errno = ECONNRESET;
       return false;
     }
@@ -442,21 +446,15 @@ tls_client_read (struct tls_client *t, void *buf, size_t n)
 }
 
 bool
+tls_client_read (struct tls_client *t, void *buf, size_t n)
+{
+  return transfer (t, buf, n, true);
+}
+
+bool
 tls_client_write (struct tls_client *t, const void *buf, size_t n)
 {
-  for (const char *p = buf; n; ) {
-    ssize_t r = gt.gnutls_record_send (t->s, p, n);
-
-    if (r < 0) {
-      if (r == GNUTLS_E_INTERRUPTED)
-        continue;
-      set_errno (r);
-      return false;
-    }
-    p += r;
-    n -= r;
-  }
-  return true;
+  return transfer (t, (void *) buf, n, false);
 }
 
 bool
