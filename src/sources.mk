@@ -37,7 +37,9 @@ PROTOCOL_C = %reldir%/protocol/handshake_wire.c \
 # kTLS's hand-off of a GnuTLS session to the socket: not pure, so not in
 # PROTOCOL_C (the fuzzers' set).
 PROTOCOL_KTLS_C = %reldir%/protocol/ktls.c
-PROTOCOL_SRCS = $(PROTOCOL_C) $(PROTOCOL_KTLS_C) \
+# The loading of GnuTLS (dlopen) for pdio serve's and the client's TLS.
+PROTOCOL_GNUTLS_C = %reldir%/protocol/gnutls.c
+PROTOCOL_SRCS = $(PROTOCOL_C) $(PROTOCOL_KTLS_C) $(PROTOCOL_GNUTLS_C) \
 	%reldir%/protocol/include/proto.h
 
 # pdio's own NBD server.  The handshake is pure too (fuzzed with the

@@ -42,32 +42,20 @@ struct chan {
   struct tls_client *tls;
 };
 
+/* Moves all n bytes through fd, reading (rx) or sending; send only
+ * reads buf.
+ */
 static bool
-xread_fd (int fd, void *buf, size_t n)
+transfer_fd (int fd, void *buf, size_t n, bool rx)
 {
   for (char *p = buf; n; ) {
-    ssize_t r = read (fd, p, n);
+    /* A server that hangs up must not kill the supervisor with SIGPIPE. */
+    ssize_t r = rx ? read (fd, p, n) : send (fd, p, n, MSG_NOSIGNAL);
 
-    if (r == 0)
+    if (r == 0 && rx) {
       errno = ECONNRESET;
-    if (r <= 0) {
-      if (r == -1 && errno == EINTR)
-        continue;
       return false;
     }
-    p += r;
-    n -= r;
-  }
-  return true;
-}
-
-static bool
-xwrite_fd (int fd, const void *buf, size_t n)
-{
-  for (const char *p = buf; n; ) {
-    /* A server that hangs up must not kill the supervisor with SIGPIPE. */
-    ssize_t r = send (fd, p, n, MSG_NOSIGNAL);
-
     if (r == -1) {
       if (errno == EINTR)
         continue;
@@ -82,14 +70,15 @@ xwrite_fd (int fd, const void *buf, size_t n)
 static bool
 xread (const struct chan *c, void *buf, size_t n)
 {
-  return c->tls ? tls_client_read (c->tls, buf, n) : xread_fd (c->fd, buf, n);
+  return c->tls ? tls_client_read (c->tls, buf, n) :
+    transfer_fd (c->fd, buf, n, true);
 }
 
 static bool
 xwrite (const struct chan *c, const void *buf, size_t n)
 {
-  return c->tls ? tls_client_write (c->tls, buf, n)
-                : xwrite_fd (c->fd, buf, n);
+  return c->tls ? tls_client_write (c->tls, buf, n) :
+    transfer_fd (c->fd, (void *) buf, n, false);
 }
 
 static void

@@ -179,23 +179,25 @@ snapshot (const char *file, const struct record *recs, size_t n,
 }
 
 static uint64_t
-total_errors (const struct pdio_devstats_op *op)
+sum (const uint64_t *v, size_t n)
 {
   uint64_t t = 0;
 
-  for (int e = 0; e < PDIO_DEVSTATS_ERRS; e++)
-    t += op->errors[e];
+  for (size_t i = 0; i < n; i++)
+    t += v[i];
   return t;
+}
+
+static uint64_t
+total_errors (const struct pdio_devstats_op *op)
+{
+  return sum (op->errors, PDIO_DEVSTATS_ERRS);
 }
 
 static uint64_t
 count_of (const struct pdio_devstats_op *op)
 {
-  uint64_t t = 0;
-
-  for (int b = 0; b < PDIO_DEVSTATS_BUCKETS; b++)
-    t += op->buckets[b];
-  return t;
+  return sum (op->buckets, PDIO_DEVSTATS_BUCKETS);
 }
 
 /* The latency below which q of the requests fall, in ns: a bucket's upper
@@ -444,6 +446,29 @@ prom_per_dev (const struct snap *v, size_t n, const char *name,
   }
 }
 
+/* The device's counters of its servers, one metric each. */
+static const struct {
+  const char *name, *type, *help;
+  size_t field;
+  double scale;
+} per_dev[] = {
+  { "pdio_server_starts_total", "counter",
+    "Servers that served the device (and mapped its counters).",
+    offsetof (struct pdio_devstats, server_starts), 1 },
+  { "pdio_restarts_total", "counter",
+    "Servers the supervisor replaced after a death or hang.",
+    offsetof (struct pdio_devstats, restarts), 1 },
+  { "pdio_handovers_total", "counter",
+    "Live hand-overs to a new server (pdio restart).",
+    offsetof (struct pdio_devstats, handovers), 1 },
+  { "pdio_reconnects_total", "counter",
+    "Fresh connections given to a server that lived.",
+    offsetof (struct pdio_devstats, reconnects), 1 },
+  { "pdio_longest_pause_seconds", "gauge",
+    "The longest the device waited for a new server.",
+    offsetof (struct pdio_devstats, longest_pause_ns), 1e-9 },
+};
+
 static void
 print_prometheus (const struct snap *v, size_t n)
 {
@@ -496,21 +521,9 @@ print_prometheus (const struct snap *v, size_t n)
       prom_labels (&v[i], op_names[k]);
       printf ("} %" PRIu64 "\n", cum);
     }
-  prom_per_dev (v, n, "pdio_server_starts_total", "counter",
-                "Servers that served the device (and mapped its counters).",
-                offsetof (struct pdio_devstats, server_starts), 1);
-  prom_per_dev (v, n, "pdio_restarts_total", "counter",
-                "Servers the supervisor replaced after a death or hang.",
-                offsetof (struct pdio_devstats, restarts), 1);
-  prom_per_dev (v, n, "pdio_handovers_total", "counter",
-                "Live hand-overs to a new server (pdio restart).",
-                offsetof (struct pdio_devstats, handovers), 1);
-  prom_per_dev (v, n, "pdio_reconnects_total", "counter",
-                "Fresh connections given to a server that lived.",
-                offsetof (struct pdio_devstats, reconnects), 1);
-  prom_per_dev (v, n, "pdio_longest_pause_seconds", "gauge",
-                "The longest the device waited for a new server.",
-                offsetof (struct pdio_devstats, longest_pause_ns), 1e-9);
+  for (size_t j = 0; j < sizeof per_dev / sizeof *per_dev; j++)
+    prom_per_dev (v, n, per_dev[j].name, per_dev[j].type, per_dev[j].help,
+                  per_dev[j].field, per_dev[j].scale);
   prom_head ("pdio_image_cached_bytes", "gauge",
              "The image's bytes in the host page cache (0 expected).");
   for (size_t i = 0; i < n; i++)

@@ -27,7 +27,6 @@
  */
 #include <config.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
@@ -38,8 +37,8 @@
 #include <gnutls/gnutls.h>
 
 #include "pdio.h"
+#include "proto.h"
 
-#define GNUTLS_SONAME "libgnutls.so.30"
 /* As libnbd, nbdkit and qemu-nbd offer PSK. */
 #define PRIORITY_X509 "NORMAL"
 #define PRIORITY_PSK "NORMAL:+ECDHE-PSK:+DHE-PSK:+PSK"
@@ -80,12 +79,7 @@
   X (gnutls_strerror) \
   X (gnutls_transport_set_int2)
 
-static struct {
-#define X(f) __typeof__ (f) *f;
-  GNUTLS_FUNCTIONS (X)
-#undef X
-  gnutls_free_function *gnutls_free;
-} gt;
+PDIO_GNUTLS_TABLE (GNUTLS_FUNCTIONS);
 static bool gt_loaded;
 
 struct tls_client {
@@ -99,27 +93,13 @@ struct tls_client {
 static bool
 load_gnutls (char *why, size_t len)
 {
-  void *lib;
-
   if (gt_loaded)
     return true;
-  lib = dlopen (GNUTLS_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    snprintf (why, len, "TLS needs GnuTLS: %s (apt-get install libgnutls30)",
-              dlerror ());
+  if (pdio_gnutls_load (gt_names, gt.addr, sizeof gt_names / sizeof *gt_names,
+                        why, len) < 0)
     return false;
-  }
-#define X(f)                                                            \
-  if ((gt.f = (__typeof__ (f) *) dlsym (lib, #f)) == NULL) {            \
-    snprintf (why, len, "%s: no %s: GnuTLS is too old", GNUTLS_SONAME,  \
-              #f);                                                      \
-    return false;                                                       \
-  }
-  GNUTLS_FUNCTIONS (X)
-#undef X
-  gt.gnutls_free = dlsym (lib, "gnutls_free");
-  if (gt.gnutls_free == NULL || gt.gnutls_global_init () < 0) {
-    snprintf (why, len, "%s: cannot initialise GnuTLS", GNUTLS_SONAME);
+  if (gt.gnutls_global_init () < 0) {
+    snprintf (why, len, "%s: cannot initialise GnuTLS", PDIO_GNUTLS_SONAME);
     return false;
   }
   gt_loaded = true;
@@ -419,13 +399,17 @@ set_errno (int r)
   }
 }
 
-bool
-tls_client_read (struct tls_client *t, void *buf, size_t n)
+/* Moves all n bytes through the session, receiving (rx) or sending;
+ * send only reads buf.
+ */
+static bool
+transfer (struct tls_client *t, void *buf, size_t n, bool rx)
 {
   for (char *p = buf; n; ) {
-    ssize_t r = gt.gnutls_record_recv (t->s, p, n);
+    ssize_t r = rx ? gt.gnutls_record_recv (t->s, p, n)
+                   : gt.gnutls_record_send (t->s, p, n);
 
-    if (r == 0) {
+    if (r == 0 && rx) {
       errno = ECONNRESET;
       return false;
     }
@@ -442,21 +426,15 @@ tls_client_read (struct tls_client *t, void *buf, size_t n)
 }
 
 bool
+tls_client_read (struct tls_client *t, void *buf, size_t n)
+{
+  return transfer (t, buf, n, true);
+}
+
+bool
 tls_client_write (struct tls_client *t, const void *buf, size_t n)
 {
-  for (const char *p = buf; n; ) {
-    ssize_t r = gt.gnutls_record_send (t->s, p, n);
-
-    if (r < 0) {
-      if (r == GNUTLS_E_INTERRUPTED)
-        continue;
-      set_errno (r);
-      return false;
-    }
-    p += r;
-    n -= r;
-  }
-  return true;
+  return transfer (t, (void *) buf, n, false);
 }
 
 bool

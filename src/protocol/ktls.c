@@ -27,9 +27,6 @@
 #define SOL_TLS 282
 #endif
 
-/* What libgnutls30 installs; tls.c loads the same. */
-#define GNUTLS_SONAME "libgnutls.so.30"
-
 static struct {
   __typeof__ (gnutls_protocol_get_version) *protocol_get_version;
   __typeof__ (gnutls_cipher_get) *cipher_get;
@@ -56,7 +53,7 @@ find_gnutls (void)
 
   if (gt.record_get_state)
     return true;
-  lib = dlopen (GNUTLS_SONAME, RTLD_NOW | RTLD_NOLOAD);
+  lib = dlopen (PDIO_GNUTLS_SONAME, RTLD_NOW | RTLD_NOLOAD);
   if (lib == NULL)
     return false;
   gt.protocol_get_version = dlsym (lib, "gnutls_protocol_get_version");
@@ -152,7 +149,7 @@ pdio_ktls_enable (struct gnutls_session_int *s, int fd, bool rx, char *why,
 
   if (!find_gnutls ())
     return say (why, len, -1, "%s is not loaded, or lacks "
-                "gnutls_record_get_state", GNUTLS_SONAME);
+                "gnutls_record_get_state", PDIO_GNUTLS_SONAME);
   ver = gt.protocol_get_version (s);
   if (ver != GNUTLS_TLS1_2 && ver != GNUTLS_TLS1_3)
     return say (why, len, -1, "kTLS takes TLS 1.2 and 1.3 only");

@@ -21,7 +21,6 @@
  */
 #include <config.h>
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -38,9 +37,6 @@
 #include "proto.h"
 #include "tls.h"
 #include "vg.h"
-
-/* GnuTLS 3.x's soname, what libgnutls30 installs. */
-#define GNUTLS_SONAME "libgnutls.so.30"
 
 /* Ciphertext buffer for receives: larger than the largest TLS record
  * (16 KiB of data plus at most 2 KiB of overhead), so one receive can
@@ -102,10 +98,8 @@ struct tls_conn {
   int tx_err;
 };
 
-/* GnuTLS is loaded (dlopen) when TLS is asked for, not linked: with it
- * and what it pulls in (nettle, gmp, p11-kit...) mapped, an idle pdio
- * serve measured 2.0 MiB PSS instead of 0.56, and every supervisor would
- * pay that too.  Its functions are called through this table.
+/* GnuTLS is loaded when TLS is asked for, not linked (proto.h says
+ * why); its functions are called through this table.
  */
 #define GNUTLS_FUNCTIONS(X) \
   X (gnutls_certificate_allocate_credentials) \
@@ -146,42 +140,24 @@ struct tls_conn {
   X (gnutls_x509_crt_get_dn3) \
   X (gnutls_x509_crt_import) \
   X (gnutls_x509_crt_init)
-static struct {
-#define X(f) __typeof__ (f) *f;
-  GNUTLS_FUNCTIONS (X)
-#undef X
-  gnutls_free_function *gnutls_free;
-} gt;
+PDIO_GNUTLS_TABLE (GNUTLS_FUNCTIONS);
 static bool gt_loaded;
 
 /* 0, or -errno with the reason logged. */
 static int
 load_gnutls (const struct pdio_log *log)
 {
-  void *lib;
+  char why[256];
+  int r;
 
   if (gt_loaded)
     return 0;
-  lib = dlopen (GNUTLS_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    pdio_log_msg (log->error, "TLS needs GnuTLS: %s (apt-get install "
-                  "libgnutls30)", dlerror ());
-    return -ENOENT;
+  r = pdio_gnutls_load (gt_names, gt.addr, sizeof gt_names / sizeof *gt_names,
+                        why, sizeof why);
+  if (r < 0) {
+    pdio_log_msg (log->error, "%s", why);
+    return r;
   }
-#define X(f)                                                            \
-  if ((gt.f = (__typeof__ (f) *) dlsym (lib, #f)) == NULL) {            \
-    pdio_log_msg (log->error, "%s: no %s: GnuTLS is too old",            \
-                  GNUTLS_SONAME, #f);                                    \
-    return -ENOSYS;                                                      \
-  }
-  GNUTLS_FUNCTIONS (X)
-#undef X
-  gt.gnutls_free = dlsym (lib, "gnutls_free");
-  if (gt.gnutls_free == NULL) {
-    pdio_log_msg (log->error, "%s: no gnutls_free", GNUTLS_SONAME);
-    return -ENOSYS;
-  }
-  /* Never unloaded: sessions and credentials may be made again. */
   gt_loaded = true;
   return 0;
 }

@@ -59,21 +59,24 @@ rf_drop() {
     echo "packets lost for $(echo "$t1 $t0" | awk '{ printf "%d", ($1 - $2) * 1000 }') ms ($(cat "$STATE/rf.dropped") on veth-c); first write after the loss ended took $(echo "$t2 $t1" | awk '{ printf "%d", ($1 - $2) * 1000 }') ms" > "$STATE/rm.resume"
 }
 
-rf_netem() {
+# rf_outage NAME FUNC FILE: fio verify across the outage FUNC makes
+# (rm_under_fio), then e2fsck; on a failure, the outage's own account
+# ($STATE/FILE).  Sets o0 and o1, the link's outages before and after.
+rf_outage() {
     o0=$(rm_field outages)
-    rm_under_fio netem rf_drop || { cat "$STATE/rm.resume" 2>/dev/null; return 1; }
+    rm_under_fio "$1" "$2" || { cat "$STATE/$3" 2>/dev/null; return 1; }
     o1=$(rm_field outages)
     grep 'link of' "$PDIO_RUN/nbd$(rm_idx).supervisor.log" | tail -n 2 || true
     rf_fsck
+}
+
+rf_netem() {
+    rf_outage netem rf_drop rm.resume
     detail "$(cat "$STATE/rm.figures"); $(cat "$STATE/rm.resume"); outages $o0 -> $o1 (last $(rm_field last_outage_ms) ms); e2fsck -fn clean"
 }
 
 rf_restart() {
-    o0=$(rm_field outages)
-    rm_under_fio restart rm_kill_restart || { cat "$STATE/rm.outage" 2>/dev/null; return 1; }
-    o1=$(rm_field outages)
-    grep 'link of' "$PDIO_RUN/nbd$(rm_idx).supervisor.log" | tail -n 2 || true
-    rf_fsck
+    rf_outage restart rm_kill_restart rm.outage
     detail "$(cat "$STATE/rm.figures"); $(cat "$STATE/rm.outage"); outages $o0 -> $o1; e2fsck -fn clean"
     [ "$o1" -gt "$o0" ]
 }
