@@ -113,6 +113,35 @@ check_others (const struct remote_opts *o, const char *canon)
   return ok;
 }
 
+/* The first connection was lost to kTLS (link_hand_over's -2): a new
+ * one to the same export, handed over through the relay.  *fd and *tls
+ * are replaced (-1 and NULL if the new connection failed); the socket to
+ * give the kernel, or -1 with why set.
+ */
+static int
+connect_again (const struct remote_opts *o, const struct nbd_uri *u,
+               const struct nbd_offer *first, int *fd,
+               struct tls_client **tls, struct relay **relay, char *mode,
+               size_t mlen, char *note, size_t nlen, char *why, size_t len)
+{
+  struct nbd_offer again;
+  int kfd;
+
+  warnf (CMD ": %s: %s: connecting again", o->uri, why);
+  tls_client_free (*tls);
+  close (*fd);
+  *fd = nbd_handshake_uri (u, ATTACH_CONNECT_MS, &again, tls, why, len);
+  if (*fd == -1) {
+    *tls = NULL;
+    return -1;
+  }
+  if (!link_same_export (first, &again, first->size, why, len))
+    return -1;
+  kfd = link_hand_over (*fd, *tls, relay, mode, mlen, note, nlen, why,
+                        len);
+  return kfd < 0 ? -1 : kfd;
+}
+
 /* In attach's child: everything up to a connected, recorded device and
  * its supervisor.
  */
@@ -210,10 +239,19 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     int kfd = link_hand_over (fd, tls, &relay, rec.tls, sizeof rec.tls,
                               note, sizeof note, why, sizeof why);
 
-    if (kfd == -1) {
+    /* kTLS took the send side and refused the receive side: that
+     * connection is lost, but the relay can carry a new one, as it
+     * would a reconnect's.
+     */
+    if (kfd == -2)
+      kfd = connect_again (o, u, &e, &fd, &tls, &relay, rec.tls,
+                           sizeof rec.tls, note, sizeof note, why,
+                           sizeof why);
+    if (kfd < 0) {
       errorf (CMD ": %s: %s", o->uri, why);
       tls_client_free (tls);
-      close (fd);
+      if (fd >= 0)
+        close (fd);
       goto fail_claim;
     }
     if (note[0])

@@ -24,6 +24,14 @@
 #                verify; tls.ko loaded back
 #   refusals     a client CA that did not sign the server's certificate,
 #                and a wrong PSK: attach fails, saying which
+#   kTLS lost    kTLS takes the first connection's send side and refuses
+#                its receive side (the test build's ktls-rx-refused):
+#                attach connects again and the relay carries TLS; a raw
+#                region against its shadow
+#   late exit    detach of a device whose supervisor's main thread ends
+#                a second before its process (the test build's
+#                supervisor-exits-late, as a relay thread slow to exit):
+#                detach waits for the process, and no claim is left
 #   interop      qemu-nbd --tls-creds and nbdkit --tls=require (x509) in
 #                srv: attach, raw region, mkfs, mount, fio verify, e2fsck
 #   figures      64 MiB written and read through kTLS, the relay and
@@ -179,6 +187,54 @@ rt_refusals() {
     detail "$e1 | $e2"
 }
 
+# kTLS leaves the first connection unusable (send side in the kernel,
+# receive side refused: the test build's ktls-rx-refused): the attach
+# connects again, through the relay.
+rt_ktls_lost() {
+    ro_clean
+    rm_unserve
+    rt_serve_x509 "$RM_IMG"
+    rc=0
+    PDIO_TEST_BREAK=ktls-rx-refused${PDIO_TEST_BREAK:+,$PDIO_TEST_BREAK} \
+        /pdio/broken/pdio attach --dead-timeout "$RM_LONG_DEAD" \
+        --tls-certificates "$RT_DIR/client" "$RT_URI" > "$STATE/rm.dev" \
+        2> "$STATE/rt.err" || rc=$?
+    cat "$STATE/rt.err"
+    [ "$rc" = 0 ] || { echo "attach failed: exit $rc"; return 1; }
+    pdio list | tee "$STATE/rt.list"
+    relays=$(rt_relay_threads)
+    tls=$(rm_field tls)
+    rm_raw
+    pdio detach "$(rm_dev)"
+    rm_unserve
+    detail "$(rm_dev): tls=$tls, relay threads $relays, $RM_RAW_MIB MiB raw region equal to its shadow; attach said: $(tr '\n' ' ' < "$STATE/rt.err")"
+    [ "$tls" = relay ]
+    [ "$relays" = 1 ]
+    grep -q 'TLS_RX.*connecting again' "$STATE/rt.err"
+}
+
+# A supervisor whose main thread is a zombie a second before its process
+# ends (the test build's supervisor-exits-late; a relay thread that takes
+# its time to exit does the same): detach waits for the whole process,
+# which holds the claim until then, and removes it.
+rt_late_exit() {
+    ro_clean
+    rm_unserve
+    rt_serve_x509 "$RM_IMG"
+    PDIO_TEST_BREAK=supervisor-exits-late${PDIO_TEST_BREAK:+,$PDIO_TEST_BREAK} \
+        /pdio/broken/pdio attach --tls-certificates "$RT_DIR/client" \
+        "$RT_URI" > "$STATE/rm.dev"
+    sup=$(rm_field supervisor_pid)
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    pdio detach "$(rm_dev)"
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    left=$(ls "$PDIO_RUN" | grep '^nbd' || true)
+    sup_state=$(sed -n 's/^.*) \(.\).*/\1/p' "/proc/$sup/stat" 2>/dev/null || echo gone)
+    rm_unserve
+    detail "pdio detach took $(echo "$t0 $t1" | awk '{ printf "%.2f", $2 - $1 }') s; supervisor $sup after it: $sup_state; left in $PDIO_RUN: '${left}'"
+    [ -z "$left" ]
+}
+
 # Other servers with TLS, through remote.sh's rm_interop (attach, raw
 # region, ext4, fio verify, e2fsck, detach); the credentials in the URI.
 rt_qemu_nbd() {
@@ -259,6 +315,8 @@ scenario_remote_tls() {
     step "remote_tls: relay: the veth link down 5 s under fio verify: 0 errors" rt_psk_link_down
     step "remote_tls: relay: e2fsck clean, detach; tls module back" rt_psk_detach
     step "remote_tls: another CA, a wrong PSK: attach refused, saying which" rt_refusals
+    step "remote_tls: kTLS takes the first connection's send side, refuses its receive side: attach connects again through the relay; raw region" rt_ktls_lost
+    step "remote_tls: detach waits for a supervisor whose main thread exits a second before it: no claim left" rt_late_exit
     step "remote_tls: qemu-nbd --tls-creds (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_qemu_nbd
     step "remote_tls: nbdkit --tls=require (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_nbdkit
     step "remote_tls: figures: 64 MiB written and read through kTLS, the relay and nbd-client -enable-tls" rt_figures
