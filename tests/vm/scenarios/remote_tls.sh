@@ -24,6 +24,14 @@
 #                verify; tls.ko loaded back
 #   refusals     a client CA that did not sign the server's certificate,
 #                and a wrong PSK: attach fails, saying which
+#   mount        ext4 made in the image: mount -t pdio -o
+#                tls-certificates=DIR nbds://10.99.0.2/ /mnt (the TLS
+#                settings as mount options), files written, kTLS; umount
+#                leaves no device, supervisor, record or claim
+#   fstab        "nbds://10.99.0.2/?tls-certificates=DIR /mnt pdio
+#                _netdev,fstype=ext4 0 0" (the settings in the URI):
+#                mount -a -O _netdev, the files' checksums, umount
+#                leaves nothing
 #   kTLS lost    kTLS takes the first connection's send side and refuses
 #                its receive side (the test build's ktls-rx-refused):
 #                attach connects again and the relay carries TLS; a raw
@@ -41,7 +49,8 @@
 # Shown failing against the test build (run.sh --scenario remote_tls
 # --break LIST): no-ktls (the x509 step: the relay carries TLS instead),
 # relay-flip (the relay flips a bit of what the kernel writes: the data
-# checks fail).
+# checks fail), no-autoclear (mount, fstab: the device stays after
+# umount).
 
 RT_DIR=/pdio/rtls
 RT_URI=nbds://$RM_S/
@@ -187,6 +196,50 @@ rt_refusals() {
     detail "$e1 | $e2"
 }
 
+# mount -t pdio of an nbds:// export: its ext4, made in the image
+# beforehand, mounted with the TLS settings as mount options, which
+# mount.pdio gives pdio attach (the filesystem would refuse them).
+RT_FILES=12
+RT_FSTAB=/tmp/remote-tls-fstab
+rt_mount() {
+    ro_clean
+    rm_unserve
+    mkfs.ext4 -F -q "$RM_IMG"
+    rt_serve_x509 "$RM_IMG"
+    $MOUNT -t pdio -o "tls-certificates=$RT_DIR/client" "$RT_URI" "$MNT"
+    grep " $MNT " /proc/mounts
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    mnt_write_files "$RT_FILES"
+    pdio list | tee "$STATE/rt.list"
+    tls=$(rm_field_of "$dev" tls)
+    ac=$(rm_field_of "$dev" autoclear)
+    $UMOUNT "$MNT"
+    gone=yes
+    ro_nothing_left || gone=no
+    detail "mount -t pdio -o tls-certificates=$RT_DIR/client $RT_URI $MNT: $dev, TLS by $tls, autoclear=$ac, $RT_FILES files written; nothing left when umount returned: $gone"
+    [ "$tls" = ktls ] && [ "$ac" = 1 ]
+    grep -q "^$dev .*TLS by kTLS" "$STATE/rt.list"
+    [ "$gone" = yes ]
+}
+
+# The same export from an fstab line, its TLS settings in the URI.
+rt_fstab() {
+    ro_clean
+    echo "$RT_URI?tls-certificates=$RT_DIR/client $MNT pdio _netdev,fstype=ext4 0 0" > "$RT_FSTAB"
+    $MOUNT -a -T "$RT_FSTAB" -O _netdev
+    grep " $MNT " /proc/mounts
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    mnt_verify_files "$RT_FILES"
+    tls=$(rm_field_of "$dev" tls)
+    $UMOUNT "$MNT"
+    gone=yes
+    ro_nothing_left || gone=no
+    rm_unserve
+    detail "fstab '$(cat "$RT_FSTAB")': mount -a -O _netdev mounted $dev, TLS by $tls, $RT_FILES checksums match; nothing left after umount: $gone"
+    [ "$tls" = ktls ]
+    [ "$gone" = yes ]
+}
+
 # kTLS leaves the first connection unusable (send side in the kernel,
 # receive side refused: the test build's ktls-rx-refused): the attach
 # connects again, through the relay.
@@ -315,6 +368,8 @@ scenario_remote_tls() {
     step "remote_tls: relay: the veth link down 5 s under fio verify: 0 errors" rt_psk_link_down
     step "remote_tls: relay: e2fsck clean, detach; tls module back" rt_psk_detach
     step "remote_tls: another CA, a wrong PSK: attach refused, saying which" rt_refusals
+    step "remote_tls: mount -t pdio -o tls-certificates=DIR $RT_URI $MNT: kTLS, files written; umount leaves nothing" rt_mount
+    step "remote_tls: fstab '$RT_URI?tls-certificates=DIR $MNT pdio _netdev,...': mount -a -O _netdev, checksums, umount leaves nothing" rt_fstab
     step "remote_tls: kTLS takes the first connection's send side, refuses its receive side: attach connects again through the relay; raw region" rt_ktls_lost
     step "remote_tls: detach waits for a supervisor whose main thread exits a second before it: no claim left" rt_late_exit
     step "remote_tls: qemu-nbd --tls-creds (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_qemu_nbd
