@@ -1076,6 +1076,7 @@ struct remote_opts {
    */
   const char *tls_certificates, *tls_psk, *tls_username;
   int tls_verify_peer;
+  const char *alias;            /* --name, or NULL */
 };
 /* Attaches the export the URI names; prints the device.  An exit code. */
 extern int remote_attach (const struct remote_opts *o);

@@ -217,13 +217,18 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
   snprintf (rec.link, sizeof rec.link, "connected");
   rec.link_since = time (NULL);
   /* The device's identity for the kernel: this attachment (its name is
-   * unique while it lives), then as much of the URI as fits.
+   * unique while it lives), the device's --name for udev's
+   * /dev/disk/by-pdio (60-pdio.rules), then as much of the URI as fits.
    */
   {
     int n = snprintf (rec.backend, sizeof rec.backend, "pdio-nbd:%s:",
                       rec.name);
-    size_t room = sizeof rec.backend - n - 1, clen = strlen (canon);
+    size_t room, clen = strlen (canon);
 
+    if (o->alias && !test_break ("no-alias"))
+      n += snprintf (rec.backend + n, sizeof rec.backend - n, "%s:",
+                     o->alias);
+    room = sizeof rec.backend - n - 1;
     memcpy (rec.backend + n, canon, clen < room ? clen : room);
     rec.backend[n + (clen < room ? clen : room)] = '\0';
   }
@@ -271,6 +276,22 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     close (link_fd);
     relay_stop (relay);
     goto fail_claim;
+  }
+  /* Under the run directory's lock, which every attach connects under:
+   * two cannot both take one name.
+   */
+  if (o->alias && !test_break ("name-unchecked")) {
+    int holder = alias_holder (o->alias);
+
+    if (holder >= 0) {
+      errorf (CMD ": --name %s: /dev/disk/by-pdio/%s is /dev/nbd%d's "
+              "already: choose another name", o->alias, o->alias, holder);
+      close (lock);
+      close (fd);
+      close (link_fd);
+      relay_stop (relay);
+      goto fail_claim;
+    }
   }
   ev = nbdnl_events_open (why, sizeof why);
   {

@@ -36,6 +36,9 @@
 #                its receive side (the test build's ktls-rx-refused):
 #                attach connects again and the relay carries TLS; a raw
 #                region against its shadow
+#   name         pdio attach --name rdisk nbds://...: under udevd (as the
+#                names scenario runs it) /dev/disk/by-pdio/rdisk leads to
+#                the device, pdio list --json says so; gone after detach
 #   late exit    detach of a device whose supervisor's main thread ends
 #                a second before its process (the test build's
 #                supervisor-exits-late, as a relay thread slow to exit):
@@ -50,7 +53,7 @@
 # --break LIST): no-ktls (the x509 step: the relay carries TLS instead),
 # relay-flip (the relay flips a bit of what the kernel writes: the data
 # checks fail), no-autoclear (mount, fstab: the device stays after
-# umount).
+# umount), no-alias (name: no link).
 
 RT_DIR=/pdio/rtls
 RT_URI=nbds://$RM_S/
@@ -266,6 +269,35 @@ rt_ktls_lost() {
     grep -q 'TLS_RX.*connecting again' "$STATE/rt.err"
 }
 
+# /dev/disk/by-pdio/NAME for a remote export's device (--name), under
+# udevd as names.sh runs it (stopped again before the checks, so that
+# the later steps run without it, as they were written to).
+rt_name() {
+    ro_clean
+    rm_unserve
+    rt_serve_x509 "$RM_IMG"
+    nm_udev_start
+    rc=0
+    pdio attach --name rdisk --tls-certificates "$RT_DIR/client" "$RT_URI" \
+        > "$STATE/rm.dev" || rc=$?
+    udevadm settle --timeout=60
+    dev=$(cat "$STATE/rm.dev")
+    link=$(nm_link rdisk)
+    backend=$(cat "/sys/block/${dev#/dev/}/backend" 2>/dev/null || true)
+    by=$(pdio list --json | jq -r --arg d "$dev" '.nbddevices[] | select(.name == $d) | .["by-pdio"]')
+    [ "$rc" != 0 ] || pdio detach "$dev" || rc=$?
+    udevadm settle --timeout=60
+    gone=yes
+    nm_links_gone || gone=no
+    nm_udev_stop
+    rm_unserve
+    detail "pdio attach --name rdisk $RT_URI: $dev (exit $rc), backend '$backend'; /dev/disk/by-pdio/rdisk -> '$link'; --json by-pdio: $by; no link after detach: $gone"
+    [ "$rc" = 0 ]
+    [ "$link" = "$dev" ]
+    [ "$by" = /dev/disk/by-pdio/rdisk ]
+    [ "$gone" = yes ]
+}
+
 # A supervisor whose main thread is a zombie a second before its process
 # ends (the test build's supervisor-exits-late; a relay thread that takes
 # its time to exit does the same): detach waits for the whole process,
@@ -371,6 +403,7 @@ scenario_remote_tls() {
     step "remote_tls: mount -t pdio -o tls-certificates=DIR $RT_URI $MNT: kTLS, files written; umount leaves nothing" rt_mount
     step "remote_tls: fstab '$RT_URI?tls-certificates=DIR $MNT pdio _netdev,...': mount -a -O _netdev, checksums, umount leaves nothing" rt_fstab
     step "remote_tls: kTLS takes the first connection's send side, refuses its receive side: attach connects again through the relay; raw region" rt_ktls_lost
+    step "remote_tls: pdio attach --name rdisk $RT_URI: /dev/disk/by-pdio/rdisk under udevd, gone after detach" rt_name
     step "remote_tls: detach waits for a supervisor whose main thread exits a second before it: no claim left" rt_late_exit
     step "remote_tls: qemu-nbd --tls-creds (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_qemu_nbd
     step "remote_tls: nbdkit --tls=require (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_nbdkit
