@@ -763,7 +763,7 @@ attach_uri (const struct attach_opts *o)
     .device = o->device, .shared = o->shared, .slice = o->slice,
     .swap = o->swap, .tls_certificates = o->tls_certificates,
     .tls_psk = o->tls_psk, .tls_username = o->tls_username,
-    .tls_verify_peer = o->tls_verify_peer,
+    .tls_verify_peer = o->tls_verify_peer, .alias = o->alias,
   };
 
   if (o->nbdkit || o->plugin) {
@@ -774,11 +774,6 @@ attach_uri (const struct attach_opts *o)
   if (o->connections > 1) {
     errorf (CMD ": %s: one connection per remote device (-C %lu)", o->image,
             o->connections);
-    return EXIT_USAGE;
-  }
-  if (o->alias) {
-    errorf (CMD ": %s: --name names the device of an image; a remote "
-            "export's device has no /dev/disk/by-pdio name", o->image);
     return EXIT_USAGE;
   }
   {

@@ -155,11 +155,13 @@ detach_one (const struct detach_opts *o, const struct record *rec)
     return EXIT_FAILED;
   }
   /* First the supervisor, or it would restart what we stop.  It may have
-   * been restarting the server: the record then names the new one.
+   * been restarting the server: the record then names the new one.  Its
+   * claim is ours once its last thread (a TLS relay's) has exited, which
+   * may be after its main thread.
    */
   if (pid_is_supervisor (r->supervisor_pid)) {
     kill (r->supervisor_pid, SIGTERM);
-    if (!wait_gone (r->supervisor_pid, 15000)) {
+    if (!wait_exited (r->supervisor_pid, 15000)) {
       errorf (CMD ": %s: its supervisor, pid %d, does not exit", r->device,
               (int) r->supervisor_pid);
       return EXIT_FAILED;

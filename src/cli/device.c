@@ -141,13 +141,34 @@ backend_parse (const char *backend, char *name, size_t len,
   return true;
 }
 
+/* A remote device's identifier is pdio-nbd:ATTACHMENT:[NAME:]URI
+ * (remote.c); a URI's scheme is followed by "://", a name by the URI.
+ */
+static void
+remote_alias (const char *backend, char *alias)
+{
+  const char *rest = strchr (backend + strlen ("pdio-nbd:"), ':'), *colon;
+
+  alias[0] = '\0';
+  if (rest == NULL || (colon = strchr (++rest, ':')) == NULL ||
+      strncmp (colon, "://", 3) == 0 || (size_t) (colon - rest) > ALIAS_MAX)
+    return;
+  memcpy (alias, rest, colon - rest);
+  alias[colon - rest] = '\0';
+  if (!alias_valid (alias))
+    alias[0] = '\0';
+}
+
 void
 backend_alias (const char *backend, char *alias)
 {
   unsigned maj, min;
   unsigned long long ino;
 
-  backend_split (backend, &maj, &min, &ino, alias);
+  if (strncmp (backend, "pdio-nbd:", strlen ("pdio-nbd:")) == 0)
+    remote_alias (backend, alias);
+  else
+    backend_split (backend, &maj, &min, &ino, alias);
 }
 
 int

@@ -159,6 +159,10 @@ signals (struct link *l)
       device_gone (l, 2000);
     say ("signal %d: exiting; %s stays", si.ssi_signo, l->rec.device);
     watchdog_close (&l->wd);
+#ifdef PDIO_TEST_BREAKS
+    if (test_break ("supervisor-exits-late"))
+      test_exit_late (EXIT_OK);
+#endif
     exit (EXIT_OK);
   }
 }
@@ -178,6 +182,23 @@ pause_ms (struct link *l, long ms)
  */
 static bool ktls_unusable;
 
+/* pdio_ktls_enable for both directions.  The test build's ktls-rx-refused
+ * leaves the socket as a kernel that takes TLS_TX and refuses TLS_RX does
+ * (its send side in the kernel, GnuTLS's state behind it): -2.
+ */
+static int
+ktls_enable (struct tls_client *t, int fd, char *why, size_t len)
+{
+  if (test_break ("ktls-rx-refused") &&
+      pdio_ktls_enable (tls_client_session (t), fd, false, why, len) == 0) {
+    snprintf (why, len, "setsockopt TLS_RX: refused by the test break "
+              "ktls-rx-refused; the send side is in the kernel already: "
+              "the connection cannot go on");
+    return -2;
+  }
+  return pdio_ktls_enable (tls_client_session (t), fd, true, why, len);
+}
+
 /* kTLS: the session's keys to the kernel, both directions (the socket is
  * the nbd driver's to read and write).  Setting TCP_ULP "tls" loads the
  * module on demand (the kernel's request_module, as root).  1 done, 0
@@ -194,7 +215,7 @@ try_ktls (struct tls_client *t, int fd, char *why, size_t len)
     snprintf (why, len, "kTLS failed on an earlier connection");
     return 0;
   }
-  switch (pdio_ktls_enable (tls_client_session (t), fd, true, why, len)) {
+  switch (ktls_enable (t, fd, why, len)) {
   case 0:
     return 1;
   case -2:
@@ -232,7 +253,7 @@ link_hand_over (int fd, struct tls_client *t, struct relay **relay,
     case -1:
       snprintf (why, len, "kTLS: %s (the next connection uses the relay)",
                 note);
-      return -1;
+      return -2;
     }
   *relay = relay_start (t, &kfd, why, len);
   if (*relay == NULL)
@@ -267,7 +288,7 @@ reconnect_once (struct link *l, char *why, size_t len)
   }
   kfd = link_hand_over (fd, t, &relay, mode, sizeof mode, note, sizeof note,
                         why, len);
-  if (kfd == -1) {
+  if (kfd < 0) {
     tls_client_free (t);
     close (fd);
     return false;

@@ -10,6 +10,9 @@
  * mount: a probe (udev's blkid) that opens and closes it in between must
  * not be its last user.  Options: "ro" attaches read-only; "fstype=TYPE"
  * (or -t pdio.TYPE) names the filesystem, else mount(8) detects it; the
+ * TLS ones of a remote export (tls-certificates=DIR, tls-psk=FILE,
+ * tls-username=NAME, [no-]tls-verify-peer) are pdio attach's --tls-*
+ * options, kept from the filesystem, which would refuse them; the
  * rest go to mount(8), which is run with -i so that it does not call us
  * again, and with "helper=pdio", which libmount keeps in its utab, so that
  * umount(8) runs umount.pdio (umount_pdio.c): it returns once the server
@@ -33,12 +36,45 @@
 #define MOUNT_EX_SYSERR 2
 #define MOUNT_EX_FAIL 32
 
+/* The mount options that are pdio attach's options of the same name,
+ * "--NAME=VALUE" (or "--NAME" for a flag).
+ */
+static const struct {
+  const char *name;
+  bool value;
+} attach_options[] = {
+  { "tls-certificates", true }, { "tls-psk", true },
+  { "tls-username", true }, { "tls-verify-peer", false },
+  { "no-tls-verify-peer", false },
+};
+#define N_ATTACH_OPTIONS (sizeof attach_options / sizeof attach_options[0])
+
 struct mount_opts {
   const char *image, *dir;
   const char *fstype;
   bool readonly, fake, verbose;
   char options[4096];           /* what mount(8) gets with -o */
+  char attach[N_ATTACH_OPTIONS][PATH_MAX + 32];  /* "" or --NAME[=VALUE] */
 };
+
+/* opt (n bytes) is one of attach_options: noted for pdio attach.  A value
+ * may not be empty; a flag takes none.
+ */
+static bool
+attach_option (struct mount_opts *o, const char *opt, size_t n)
+{
+  for (size_t i = 0; i < N_ATTACH_OPTIONS; i++) {
+    size_t k = strlen (attach_options[i].name);
+
+    if (n < k || strncmp (opt, attach_options[i].name, k) != 0)
+      continue;
+    if (attach_options[i].value ? n > k + 1 && opt[k] == '=' : n == k) {
+      snprintf (o->attach[i], sizeof o->attach[i], "--%.*s", (int) n, opt);
+      return true;
+    }
+  }
+  return false;
+}
 
 static void
 add_option (struct mount_opts *o, const char *opt, size_t n)
@@ -69,6 +105,8 @@ parse_options (struct mount_opts *o, const char *s)
       ;                         /* mount(8)'s business, and the default */
     else if (n >= 7 && strncmp (s, "helper=", 7) == 0)
       ;                         /* ours: umount.pdio */
+    else if (attach_option (o, s, n))
+      ;
     else if (n)
       add_option (o, s, n);
     s += n;
@@ -105,7 +143,8 @@ parse (int argc, char **argv, struct mount_opts *o)
     case 'h':
     default:
       fprintf (stderr, "Usage: mount -t pdio [-o ro,fstype=TYPE,...] IMAGE "
-               "DIR\n  (mount.pdio IMAGE DIR [-sfnv] [-o OPTIONS] "
+               "DIR\n       mount -t pdio [-o _netdev,tls-certificates=DIR,"
+               "...] URI DIR\n  (mount.pdio IMAGE DIR [-sfnv] [-o OPTIONS] "
                "[-t pdio[.FSTYPE]])\n");
       return MOUNT_EX_USAGE;
     }
@@ -123,7 +162,7 @@ static bool
 attach (const struct mount_opts *o, char *device, size_t len)
 {
   char self[PATH_MAX];
-  const char *argv[8];
+  const char *argv[8 + N_ATTACH_OPTIONS];
   int p[2], status, i = 0;
   ssize_t n;
   size_t got = 0;
@@ -139,6 +178,9 @@ attach (const struct mount_opts *o, char *device, size_t len)
   argv[i++] = "attach";
   if (o->readonly)
     argv[i++] = "--read-only";
+  for (size_t k = 0; k < N_ATTACH_OPTIONS; k++)
+    if (o->attach[k][0])
+      argv[i++] = o->attach[k];
   argv[i++] = o->image;
   argv[i] = NULL;
   if (pipe2 (p, O_CLOEXEC) == -1) {

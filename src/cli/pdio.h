@@ -223,6 +223,10 @@ extern bool wait_nbd (int idx, bool (*ready) (int idx, void *arg), void *arg,
  * after ms.
  */
 extern bool wait_gone (pid_t pid, unsigned ms);
+/* The same, but until every thread of pid has exited, not only its main
+ * thread: its files closed and its fcntl locks (a claim) let go.
+ */
+extern bool wait_exited (pid_t pid, unsigned ms);
 
 /* --- procmem.c: what a process holds ------------------------------------- */
 /* Its RSS and PSS in bytes (/proc/PID/smaps_rollup); false if they cannot
@@ -829,6 +833,12 @@ extern pid_t test_start_server_tied (const struct server_opts *o,
  */
 extern void test_keep_link (int fd);
 extern void test_break_link (void);
+/* supervisor-exits-late: the main thread ends at once, and another ends
+ * the process with status a second later (as a relay thread that takes
+ * its time to exit would): the process holds its files, and its claim,
+ * while its main thread is already a zombie.
+ */
+extern void test_exit_late (int status) __attribute__ ((noreturn));
 /* Not a break but a test setting: $PDIO_BOUNCE_CANARY=1 has pdio serve
  * fill free bounce pages with PDIO_CANARY (the plugin's -D
  * pdio.canary=1), so that stale bounce memory reaching a client shows.
@@ -1066,6 +1076,7 @@ struct remote_opts {
    */
   const char *tls_certificates, *tls_psk, *tls_username;
   int tls_verify_peer;
+  const char *alias;            /* --name, or NULL */
 };
 /* Attaches the export the URI names; prints the device.  An exit code. */
 extern int remote_attach (const struct remote_opts *o);
@@ -1085,7 +1096,10 @@ extern void supervise_link (const struct record *r, const struct nbd_uri *u,
  * session t (NULL: plain, fd itself): fd with the session's keys in the
  * kernel (mode "ktls"), else a socketpair's end with *relay running
  * (mode "relay"; note says why not kTLS).  The session and fd are then
- * the relay's, or gone; -1 with why set and both still the caller's.
+ * the relay's, or gone; -1 with why set and both still the caller's;
+ * -2 the same, but kTLS took the socket's send side and refused its
+ * receive side: this connection cannot go on, and the next one made in
+ * this process goes through the relay.
  */
 extern int link_hand_over (int fd, struct tls_client *t,
                            struct relay **relay, char *mode, size_t mlen,

@@ -113,6 +113,35 @@ check_others (const struct remote_opts *o, const char *canon)
   return ok;
 }
 
+/* The first connection was lost to kTLS (link_hand_over's -2): a new
+ * one to the same export, handed over through the relay.  *fd and *tls
+ * are replaced (-1 and NULL if the new connection failed); the socket to
+ * give the kernel, or -1 with why set.
+ */
+static int
+connect_again (const struct remote_opts *o, const struct nbd_uri *u,
+               const struct nbd_offer *first, int *fd,
+               struct tls_client **tls, struct relay **relay, char *mode,
+               size_t mlen, char *note, size_t nlen, char *why, size_t len)
+{
+  struct nbd_offer again;
+  int kfd;
+
+  warnf (CMD ": %s: %s: connecting again", o->uri, why);
+  tls_client_free (*tls);
+  close (*fd);
+  *fd = nbd_handshake_uri (u, ATTACH_CONNECT_MS, &again, tls, why, len);
+  if (*fd == -1) {
+    *tls = NULL;
+    return -1;
+  }
+  if (!link_same_export (first, &again, first->size, why, len))
+    return -1;
+  kfd = link_hand_over (*fd, *tls, relay, mode, mlen, note, nlen, why,
+                        len);
+  return kfd < 0 ? -1 : kfd;
+}
+
 /* In attach's child: everything up to a connected, recorded device and
  * its supervisor.
  */
@@ -188,13 +217,18 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
   snprintf (rec.link, sizeof rec.link, "connected");
   rec.link_since = time (NULL);
   /* The device's identity for the kernel: this attachment (its name is
-   * unique while it lives), then as much of the URI as fits.
+   * unique while it lives), the device's --name for udev's
+   * /dev/disk/by-pdio (60-pdio.rules), then as much of the URI as fits.
    */
   {
     int n = snprintf (rec.backend, sizeof rec.backend, "pdio-nbd:%s:",
                       rec.name);
-    size_t room = sizeof rec.backend - n - 1, clen = strlen (canon);
+    size_t room, clen = strlen (canon);
 
+    if (o->alias && !test_break ("no-alias"))
+      n += snprintf (rec.backend + n, sizeof rec.backend - n, "%s:",
+                     o->alias);
+    room = sizeof rec.backend - n - 1;
     memcpy (rec.backend + n, canon, clen < room ? clen : room);
     rec.backend[n + (clen < room ? clen : room)] = '\0';
   }
@@ -210,10 +244,19 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     int kfd = link_hand_over (fd, tls, &relay, rec.tls, sizeof rec.tls,
                               note, sizeof note, why, sizeof why);
 
-    if (kfd == -1) {
+    /* kTLS took the send side and refused the receive side: that
+     * connection is lost, but the relay can carry a new one, as it
+     * would a reconnect's.
+     */
+    if (kfd == -2)
+      kfd = connect_again (o, u, &e, &fd, &tls, &relay, rec.tls,
+                           sizeof rec.tls, note, sizeof note, why,
+                           sizeof why);
+    if (kfd < 0) {
       errorf (CMD ": %s: %s", o->uri, why);
       tls_client_free (tls);
-      close (fd);
+      if (fd >= 0)
+        close (fd);
       goto fail_claim;
     }
     if (note[0])
@@ -233,6 +276,22 @@ remote_attached (const struct remote_opts *o, const struct nbd_uri *u,
     close (link_fd);
     relay_stop (relay);
     goto fail_claim;
+  }
+  /* Under the run directory's lock, which every attach connects under:
+   * two cannot both take one name.
+   */
+  if (o->alias && !test_break ("name-unchecked")) {
+    int holder = alias_holder (o->alias);
+
+    if (holder >= 0) {
+      errorf (CMD ": --name %s: /dev/disk/by-pdio/%s is /dev/nbd%d's "
+              "already: choose another name", o->alias, o->alias, holder);
+      close (lock);
+      close (fd);
+      close (link_fd);
+      relay_stop (relay);
+      goto fail_claim;
+    }
   }
   ev = nbdnl_events_open (why, sizeof why);
   {

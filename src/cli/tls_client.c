@@ -286,7 +286,12 @@ tls_client_new (const struct nbd_uri *u, int fd, char *why, size_t len)
   t->fd = fd;
   if (!(psk ? load_psk (t, u, why, len) : load_x509 (t, u, why, len)))
     goto fail;
-  r = gt.gnutls_init (&t->s, GNUTLS_CLIENT | GNUTLS_NO_TICKETS);
+  /* GnuTLS's own sends on the socket: a server that hangs up (one that
+   * refuses the client after the handshake, --tls-authz) must not kill
+   * attach, or the supervisor and its relay, with SIGPIPE.
+   */
+  r = gt.gnutls_init (&t->s, GNUTLS_CLIENT | GNUTLS_NO_TICKETS |
+                      GNUTLS_NO_SIGNAL);
   if (r == 0)
     r = gt.gnutls_priority_set_direct (t->s, psk ? PRIORITY_PSK
                                                  : PRIORITY_X509, NULL);

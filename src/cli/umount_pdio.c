@@ -182,7 +182,7 @@ cmd_umount (int argc, char **argv)
      * server: pdio detach does, as for any unsupervised device.)
      */
     if (r.supervisor_pid > 0 && pid_is_supervisor (r.supervisor_pid) &&
-        !wait_gone (r.supervisor_pid, CLEANUP_WAIT_MS))
+        !wait_exited (r.supervisor_pid, CLEANUP_WAIT_MS))
       warnf (CMD ": %s: its supervisor (pid %d) has not finished after %u "
              "s", device, (int) r.supervisor_pid, CLEANUP_WAIT_MS / 1000);
   }

@@ -172,11 +172,14 @@ wait_nbd (int idx, bool (*ready) (int idx, void *arg), void *arg,
 struct process {
   pid_t pid;
   int fd;
+  bool every_thread;
 };
 
-/* A pidfd polls readable once the process has exited, zombie or not; a
- * zombie is also what pid_alive calls gone (its main thread may be one
- * before the others have exited).
+/* A pidfd polls readable once every thread of the process has exited,
+ * zombie or not.  Its main thread may be a zombie before that, which
+ * pid_alive calls gone; but until the last thread exits the process
+ * keeps its files, and its fcntl locks with them: for every_thread
+ * (where there is a pidfd), only the pidfd says gone.
  */
 static bool
 pid_gone (void *arg)
@@ -184,14 +187,15 @@ pid_gone (void *arg)
   struct process *p = arg;
   struct pollfd pf = { .fd = p->fd, .events = POLLIN };
 
-  return (p->fd >= 0 && poll (&pf, 1, 0) == 1 && (pf.revents & POLLIN)) ||
-    !pid_alive (p->pid);
+  if (p->fd >= 0 && poll (&pf, 1, 0) == 1 && (pf.revents & POLLIN))
+    return true;
+  return !(p->every_thread && p->fd >= 0) && !pid_alive (p->pid);
 }
 
-bool
-wait_gone (pid_t pid, unsigned ms)
+static bool
+wait_process (pid_t pid, unsigned ms, bool every_thread)
 {
-  struct process p = { .pid = pid };
+  struct process p = { .pid = pid, .every_thread = every_thread };
   bool gone;
 
   if (pid <= 0)
@@ -203,4 +207,16 @@ wait_gone (pid_t pid, unsigned ms)
   if (p.fd >= 0)
     close (p.fd);
   return gone;
+}
+
+bool
+wait_gone (pid_t pid, unsigned ms)
+{
+  return wait_process (pid, ms, false);
+}
+
+bool
+wait_exited (pid_t pid, unsigned ms)
+{
+  return wait_process (pid, ms, true);
 }

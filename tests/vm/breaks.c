@@ -88,6 +88,15 @@
  *   no-reserve            pdio serve's workers keep no pool reserve: an
  *                         idle server pins nothing, and the first write
  *                         after its pool went back faults a chunk in
+ *   ktls-rx-refused       a remote device's supervisor (and attach) puts
+ *                         only the send side of a TLS session in the
+ *                         kernel, and takes the receive side as refused:
+ *                         a socket that kTLS left unusable, once per
+ *                         process
+ *   supervisor-exits-late a remote device's supervisor, told to exit,
+ *                         ends its main thread at once and the process a
+ *                         second later: a zombie main thread whose process
+ *                         still holds the claim
  *
  * And two test settings, each read from its own variable:
  * PDIO_BOUNCE_CANARY=1 has pdio serve fill free bounce pages with 0xa5
@@ -98,6 +107,8 @@
  */
 #include <config.h>
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +168,23 @@ test_break_link (void)
     close (kept_link);
     kept_link = -1;
   }
+}
+
+static void *
+exit_later (void *arg)
+{
+  msleep (1000);
+  exit ((int) (intptr_t) arg);
+}
+
+void
+test_exit_late (int status)
+{
+  pthread_t t;
+
+  if (pthread_create (&t, NULL, exit_later, (void *) (intptr_t) status) != 0)
+    exit (status);
+  pthread_exit (NULL);
 }
 
 /* The design in which a device dies with its supervisor: the guest's

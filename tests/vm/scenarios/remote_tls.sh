@@ -24,6 +24,25 @@
 #                verify; tls.ko loaded back
 #   refusals     a client CA that did not sign the server's certificate,
 #                and a wrong PSK: attach fails, saying which
+#   mount        ext4 made in the image: mount -t pdio -o
+#                tls-certificates=DIR nbds://10.99.0.2/ /mnt (the TLS
+#                settings as mount options), files written, kTLS; umount
+#                leaves no device, supervisor, record or claim
+#   fstab        "nbds://10.99.0.2/?tls-certificates=DIR /mnt pdio
+#                _netdev,fstype=ext4 0 0" (the settings in the URI):
+#                mount -a -O _netdev, the files' checksums, umount
+#                leaves nothing
+#   kTLS lost    kTLS takes the first connection's send side and refuses
+#                its receive side (the test build's ktls-rx-refused):
+#                attach connects again and the relay carries TLS; a raw
+#                region against its shadow
+#   name         pdio attach --name rdisk nbds://...: under udevd (as the
+#                names scenario runs it) /dev/disk/by-pdio/rdisk leads to
+#                the device, pdio list --json says so; gone after detach
+#   late exit    detach of a device whose supervisor's main thread ends
+#                a second before its process (the test build's
+#                supervisor-exits-late, as a relay thread slow to exit):
+#                detach waits for the process, and no claim is left
 #   interop      qemu-nbd --tls-creds and nbdkit --tls=require (x509) in
 #                srv: attach, raw region, mkfs, mount, fio verify, e2fsck
 #   figures      64 MiB written and read through kTLS, the relay and
@@ -33,7 +52,8 @@
 # Shown failing against the test build (run.sh --scenario remote_tls
 # --break LIST): no-ktls (the x509 step: the relay carries TLS instead),
 # relay-flip (the relay flips a bit of what the kernel writes: the data
-# checks fail).
+# checks fail), no-autoclear (mount, fstab: the device stays after
+# umount), no-alias (name: no link).
 
 RT_DIR=/pdio/rtls
 RT_URI=nbds://$RM_S/
@@ -179,6 +199,127 @@ rt_refusals() {
     detail "$e1 | $e2"
 }
 
+# mount -t pdio of an nbds:// export: its ext4, made in the image
+# beforehand, mounted with the TLS settings as mount options, which
+# mount.pdio gives pdio attach (the filesystem would refuse them).
+RT_FILES=12
+RT_FSTAB=/tmp/remote-tls-fstab
+rt_mount() {
+    ro_clean
+    rm_unserve
+    mkfs.ext4 -F -q "$RM_IMG"
+    rt_serve_x509 "$RM_IMG"
+    $MOUNT -t pdio -o "tls-certificates=$RT_DIR/client" "$RT_URI" "$MNT"
+    grep " $MNT " /proc/mounts
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    mnt_write_files "$RT_FILES"
+    pdio list | tee "$STATE/rt.list"
+    tls=$(rm_field_of "$dev" tls)
+    ac=$(rm_field_of "$dev" autoclear)
+    $UMOUNT "$MNT"
+    gone=yes
+    ro_nothing_left || gone=no
+    detail "mount -t pdio -o tls-certificates=$RT_DIR/client $RT_URI $MNT: $dev, TLS by $tls, autoclear=$ac, $RT_FILES files written; nothing left when umount returned: $gone"
+    [ "$tls" = ktls ] && [ "$ac" = 1 ]
+    grep -q "^$dev .*TLS by kTLS" "$STATE/rt.list"
+    [ "$gone" = yes ]
+}
+
+# The same export from an fstab line, its TLS settings in the URI.
+rt_fstab() {
+    ro_clean
+    echo "$RT_URI?tls-certificates=$RT_DIR/client $MNT pdio _netdev,fstype=ext4 0 0" > "$RT_FSTAB"
+    $MOUNT -a -T "$RT_FSTAB" -O _netdev
+    grep " $MNT " /proc/mounts
+    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
+    mnt_verify_files "$RT_FILES"
+    tls=$(rm_field_of "$dev" tls)
+    $UMOUNT "$MNT"
+    gone=yes
+    ro_nothing_left || gone=no
+    rm_unserve
+    detail "fstab '$(cat "$RT_FSTAB")': mount -a -O _netdev mounted $dev, TLS by $tls, $RT_FILES checksums match; nothing left after umount: $gone"
+    [ "$tls" = ktls ]
+    [ "$gone" = yes ]
+}
+
+# kTLS leaves the first connection unusable (send side in the kernel,
+# receive side refused: the test build's ktls-rx-refused): the attach
+# connects again, through the relay.
+rt_ktls_lost() {
+    ro_clean
+    rm_unserve
+    rt_serve_x509 "$RM_IMG"
+    rc=0
+    PDIO_TEST_BREAK=ktls-rx-refused${PDIO_TEST_BREAK:+,$PDIO_TEST_BREAK} \
+        /pdio/broken/pdio attach --dead-timeout "$RM_LONG_DEAD" \
+        --tls-certificates "$RT_DIR/client" "$RT_URI" > "$STATE/rm.dev" \
+        2> "$STATE/rt.err" || rc=$?
+    cat "$STATE/rt.err"
+    [ "$rc" = 0 ] || { echo "attach failed: exit $rc"; return 1; }
+    pdio list | tee "$STATE/rt.list"
+    relays=$(rt_relay_threads)
+    tls=$(rm_field tls)
+    rm_raw
+    pdio detach "$(rm_dev)"
+    rm_unserve
+    detail "$(rm_dev): tls=$tls, relay threads $relays, $RM_RAW_MIB MiB raw region equal to its shadow; attach said: $(tr '\n' ' ' < "$STATE/rt.err")"
+    [ "$tls" = relay ]
+    [ "$relays" = 1 ]
+    grep -q 'TLS_RX.*connecting again' "$STATE/rt.err"
+}
+
+# /dev/disk/by-pdio/NAME for a remote export's device (--name), under
+# udevd as names.sh runs it (stopped again before the checks, so that
+# the later steps run without it, as they were written to).
+rt_name() {
+    ro_clean
+    rm_unserve
+    rt_serve_x509 "$RM_IMG"
+    nm_udev_start
+    rc=0
+    pdio attach --name rdisk --tls-certificates "$RT_DIR/client" "$RT_URI" \
+        > "$STATE/rm.dev" || rc=$?
+    udevadm settle --timeout=60
+    dev=$(cat "$STATE/rm.dev")
+    link=$(nm_link rdisk)
+    backend=$(cat "/sys/block/${dev#/dev/}/backend" 2>/dev/null || true)
+    by=$(pdio list --json | jq -r --arg d "$dev" '.nbddevices[] | select(.name == $d) | .["by-pdio"]')
+    [ "$rc" != 0 ] || pdio detach "$dev" || rc=$?
+    udevadm settle --timeout=60
+    gone=yes
+    nm_links_gone || gone=no
+    nm_udev_stop
+    rm_unserve
+    detail "pdio attach --name rdisk $RT_URI: $dev (exit $rc), backend '$backend'; /dev/disk/by-pdio/rdisk -> '$link'; --json by-pdio: $by; no link after detach: $gone"
+    [ "$rc" = 0 ]
+    [ "$link" = "$dev" ]
+    [ "$by" = /dev/disk/by-pdio/rdisk ]
+    [ "$gone" = yes ]
+}
+
+# A supervisor whose main thread is a zombie a second before its process
+# ends (the test build's supervisor-exits-late; a relay thread that takes
+# its time to exit does the same): detach waits for the whole process,
+# which holds the claim until then, and removes it.
+rt_late_exit() {
+    ro_clean
+    rm_unserve
+    rt_serve_x509 "$RM_IMG"
+    PDIO_TEST_BREAK=supervisor-exits-late${PDIO_TEST_BREAK:+,$PDIO_TEST_BREAK} \
+        /pdio/broken/pdio attach --tls-certificates "$RT_DIR/client" \
+        "$RT_URI" > "$STATE/rm.dev"
+    sup=$(rm_field supervisor_pid)
+    t0=$(cut -d' ' -f1 /proc/uptime)
+    pdio detach "$(rm_dev)"
+    t1=$(cut -d' ' -f1 /proc/uptime)
+    left=$(ls "$PDIO_RUN" | grep '^nbd' || true)
+    sup_state=$(sed -n 's/^.*) \(.\).*/\1/p' "/proc/$sup/stat" 2>/dev/null || echo gone)
+    rm_unserve
+    detail "pdio detach took $(echo "$t0 $t1" | awk '{ printf "%.2f", $2 - $1 }') s; supervisor $sup after it: $sup_state; left in $PDIO_RUN: '${left}'"
+    [ -z "$left" ]
+}
+
 # Other servers with TLS, through remote.sh's rm_interop (attach, raw
 # region, ext4, fio verify, e2fsck, detach); the credentials in the URI.
 rt_qemu_nbd() {
@@ -259,6 +400,11 @@ scenario_remote_tls() {
     step "remote_tls: relay: the veth link down 5 s under fio verify: 0 errors" rt_psk_link_down
     step "remote_tls: relay: e2fsck clean, detach; tls module back" rt_psk_detach
     step "remote_tls: another CA, a wrong PSK: attach refused, saying which" rt_refusals
+    step "remote_tls: mount -t pdio -o tls-certificates=DIR $RT_URI $MNT: kTLS, files written; umount leaves nothing" rt_mount
+    step "remote_tls: fstab '$RT_URI?tls-certificates=DIR $MNT pdio _netdev,...': mount -a -O _netdev, checksums, umount leaves nothing" rt_fstab
+    step "remote_tls: kTLS takes the first connection's send side, refuses its receive side: attach connects again through the relay; raw region" rt_ktls_lost
+    step "remote_tls: pdio attach --name rdisk $RT_URI: /dev/disk/by-pdio/rdisk under udevd, gone after detach" rt_name
+    step "remote_tls: detach waits for a supervisor whose main thread exits a second before it: no claim left" rt_late_exit
     step "remote_tls: qemu-nbd --tls-creds (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_qemu_nbd
     step "remote_tls: nbdkit --tls=require (x509): attach, raw region, mkfs, mount, fio verify, e2fsck" rt_nbdkit
     step "remote_tls: figures: 64 MiB written and read through kTLS, the relay and nbd-client -enable-tls" rt_figures
