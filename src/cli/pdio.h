@@ -71,9 +71,10 @@ enum {
  * what a disk that is merely slow takes (the guest's crash scenario
  * holds every request of a dm-delay device 3 s and must see no
  * connection dropped).  A request slower than that on a live server
- * costs a dropped connection, which the supervisor replaces, and a
- * resend on another, not an error (storage that is always slower than
- * the timeout has its requests resent for ever, at any value).
+ * drops its connection and is resent on another; storage slower than the
+ * timeout on every request drops them all, and in the guest (a 2 s
+ * timeout against the 3 s disk) the device then waited out the
+ * dead-connection timeout and failed requests.
  */
 #define DEFAULT_MULTI_TIMEOUT 5
 /* The largest request pdio asks the kernel to send (max_sectors_kb), if
@@ -675,7 +676,8 @@ struct nbdnl_device {
 };
 /* NBD_CMD_CONNECT with fds[0..n); the kernel owns them on success (close
  * ours afterwards either way).  The device's index (the kernel's answer:
- * the one asked for, or the one it picked), or -1 with why set.
+ * the one asked for, or the one it picked), or -1 with why set, and
+ * errno EBUSY if the kernel found the device asked for in use.
  */
 extern int nbdnl_connect (const struct nbdnl_device *d, const int *fds,
                           unsigned n, char *why, size_t len);

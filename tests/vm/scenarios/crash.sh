@@ -26,7 +26,9 @@
 #   multi-timeout-long    -C 2 gets the 15 s timeout pdio had: the -C 2
 #                         defaults check fails (the pauses print ~15 s)
 #   multi-timeout-short   -C 2 gets 2 s: the defaults check fails, and the
-#                         -C 2 slow-storage check (dropped connections)
+#                         -C 2 slow-storage check (both connections
+#                         dropped, failed writes once the dead-connection
+#                         timeout passed)
 CR_PAUSE_MAX_MS=3000    # the longest probe pause allowed at a crash (TCG)
 CR_MULTI_TIMEOUT=5      # pdio.h: DEFAULT_MULTI_TIMEOUT
 CR_HUNG_MS=10000        # watchdog.c: WATCHDOG_HUNG_MS
