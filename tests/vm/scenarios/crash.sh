@@ -28,7 +28,8 @@
 #   multi-timeout-short   -C 2 gets 2 s: the defaults check fails, and the
 #                         -C 2 slow-storage check (both connections
 #                         dropped, failed writes once the dead-connection
-#                         timeout passed)
+#                         timeout passed; in one run the slow request was
+#                         resent for ever and the step never ended)
 CR_PAUSE_MAX_MS=3000    # the longest probe pause allowed at a crash (TCG)
 CR_MULTI_TIMEOUT=5      # pdio.h: DEFAULT_MULTI_TIMEOUT
 CR_HUNG_MS=10000        # watchdog.c: WATCHDOG_HUNG_MS
@@ -180,6 +181,8 @@ cr_slow() {
     handed=$(grep -c 'died\|handed\|killing\|not answered' "$PDIO_RUN/nbd$i.supervisor.log" || true)
     restarts=$(sed -n 's/^restarts=//p' "$PDIO_RUN/nbd$i.rec")
     server2=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
+    # What the supervisor did about a dropped connection, and when.
+    [ "$handed" = 0 ] || cat "$PDIO_RUN/nbd$i.supervisor.log"
     pdio detach "$d"
     DM_DISABLE_UDEV=1 dmsetup remove pdio-slow
     /usr/sbin/losetup -d "$loop"
