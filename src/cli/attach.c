@@ -459,7 +459,16 @@ request_timeout (const struct attach_opts *o, unsigned connections)
     return 1;
   if (o->timeout != TIMEOUT_UNSET)
     return o->timeout;
-  return connections == 1 ? DEFAULT_TIMEOUT : DEFAULT_MULTI_TIMEOUT;
+  if (connections == 1)
+    return DEFAULT_TIMEOUT;
+  /* The multi-connection timeout pdio had; and one shorter than a slow
+   * disk's requests.
+   */
+  if (test_break ("multi-timeout-long"))
+    return 15;
+  if (test_break ("multi-timeout-short"))
+    return 2;
+  return DEFAULT_MULTI_TIMEOUT;
 }
 
 /* The kernel gave us the number of an attachment that is gone (its

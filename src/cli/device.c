@@ -28,6 +28,11 @@
  * expected wait).
  */
 #define DEVICE_WAIT_MS 10000
+/* How long a connect to a device asked for by number retries while the
+ * kernel calls it in use (device_connect_fds), and how often.
+ */
+#define BUSY_WAIT_MS 5000
+#define BUSY_RETRY_MS 100
 
 /* The identifier every reconfigure must repeat, or NULL if the device was
  * connected without one.
@@ -257,7 +262,22 @@ device_connect_fds (struct record *r, int *fds, uint16_t eflags,
       .timeout = r->timeout, .dead_timeout = r->dead_timeout,
       .backend = test_break ("no-backend") ? NULL : backend_of (r),
     };
-    idx = nbdnl_connect (&d, fds, r->connections, why, len);
+    /* A device asked for by number can be held open for a moment by
+     * someone who does not use it: udev's worker opens each block device
+     * it handles an event of (in the guest: the change event of the
+     * detach just before, its probe still reading), and an open of an
+     * unconnected nbd device gives it a configuration, so the kernel
+     * refuses the connect ("nbdN already in use", EBUSY).  attach found it free
+     * (check_device): wait that open out, within a bound.  Without a
+     * number the kernel itself moves on to another device.
+     */
+    for (unsigned t = 0;; t += BUSY_RETRY_MS) {
+      idx = nbdnl_connect (&d, fds, r->connections, why, len);
+      if (idx >= 0 || d.index < 0 || errno != EBUSY || t >= BUSY_WAIT_MS ||
+          test_break ("no-busy-retry"))
+        break;
+      msleep (BUSY_RETRY_MS);
+    }
   }
   /* The kernel holds its own references to the sockets. */
   for (unsigned i = 0; i < r->connections; i++) {

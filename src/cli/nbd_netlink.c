@@ -92,6 +92,7 @@ transact (struct nl_sock *s, struct nl_msg *m, const char *what,
      * own message (dmesg) says more, e.g. "nbd0 already in use".
      */
     snprintf (why, len, "netlink %s: %s", what, nl_geterror (err));
+    errno = err == -NLE_BUSY ? EBUSY : EPROTO;
     return false;
   }
   return true;
@@ -129,6 +130,7 @@ end_command (struct nl_sock *s, struct nl_msg *m, bool built,
              char *why, size_t len)
 {
   bool ok = false;
+  int err;
 
   if (!built) {
     snprintf (why, len, "netlink: cannot build %s", what);
@@ -136,7 +138,9 @@ end_command (struct nl_sock *s, struct nl_msg *m, bool built,
   }
   else
     ok = transact (s, m, what, cb, arg, why, len);
+  err = errno;
   nl_socket_free (s);
+  errno = err;
   return ok;
 }
 

@@ -62,11 +62,21 @@ enum {
 #define DEFAULT_TIMEOUT 0
 #define REQUEUE_MS 1000
 /* With several connections (-C N > 1) a request's expiry drops its
- * connection whatever the timeout (see above): 15 s, half the SCSI disk
- * default, is far beyond a healthy request's latency, and is the longest
- * pause a crash costs such a device.
+ * connection and resends the request whatever the timeout (see above),
+ * and the requests in flight at a server's death are resent only at
+ * their timer's expiry: one value is both the longest pause a crash
+ * costs such a device (the timeout rounded up to a whole second, or the
+ * restart if that takes longer) and the slowest request a live
+ * connection keeps.  5 s: a third of the 15 s pdio had, and still past
+ * what a disk that is merely slow takes (the guest's crash scenario
+ * holds every request of a dm-delay device 3 s and must see no
+ * connection dropped).  A request slower than that on a live server
+ * drops its connection and is resent on another; storage slower than the
+ * timeout on every request drops them all, and in the guest (a 2 s
+ * timeout against the 3 s disk) the device then waited out the
+ * dead-connection timeout and failed requests.
  */
-#define DEFAULT_MULTI_TIMEOUT 15
+#define DEFAULT_MULTI_TIMEOUT 5
 /* The largest request pdio asks the kernel to send (max_sectors_kb), if
  * the server advertises at least that much: the driver's default is 128
  * KiB.  Measured on the kernel path (bench/kernel.sh), 1 MiB requests
@@ -670,7 +680,8 @@ struct nbdnl_device {
 };
 /* NBD_CMD_CONNECT with fds[0..n); the kernel owns them on success (close
  * ours afterwards either way).  The device's index (the kernel's answer:
- * the one asked for, or the one it picked), or -1 with why set.
+ * the one asked for, or the one it picked), or -1 with why set, and
+ * errno EBUSY if the kernel found the device asked for in use.
  */
 extern int nbdnl_connect (const struct nbdnl_device *d, const int *fds,
                           unsigned n, char *why, size_t len);

@@ -48,6 +48,12 @@
  *   kernel-timeout-nonzero  attach gives the kernel a request timeout of
  *                         1 s (the requeue timer as a timeout that drops
  *                         the connection), a remote device's too
+ *   multi-timeout-long    attach -C N > 1 gives the kernel the 15 s
+ *                         request timeout pdio had
+ *   multi-timeout-short   attach -C N > 1 gives it 2 s, less than the
+ *                         crash scenario's slow disk takes
+ *   no-busy-retry         attach --device does not retry a connect the
+ *                         kernel refuses as in use (EBUSY)
  *   no-watchdog           the supervisor never probes its server
  *   no-reconnect          a remote device's supervisor records a dead link
  *                         but never reconnects

@@ -17,21 +17,41 @@
 #   kernel-timeout-nonzero  the 1 s timer as a kernel request timeout: the
 #                         slow-storage check fails (the connection of a
 #                         slow request is dropped and handed over again)
+#
+# With -C 2 the kernel drops the connection of any request that outlives
+# its timer, and resends the requests in flight at a death only then: the
+# request timeout (pdio.h, DEFAULT_MULTI_TIMEOUT) bounds the crash pause
+# and must outlast the slow disk.  The -C 2 pauses are printed, not a
+# pass condition.  Shown to fail against the test build:
+#   multi-timeout-long    -C 2 gets the 15 s timeout pdio had: the -C 2
+#                         defaults check fails (the pauses print ~15 s)
+#   multi-timeout-short   -C 2 gets 2 s: the defaults check fails, and the
+#                         -C 2 slow-storage check (both connections
+#                         dropped, failed writes once the dead-connection
+#                         timeout passed; in one run the slow request was
+#                         resent for ever and the step never ended)
 CR_PAUSE_MAX_MS=3000    # the longest probe pause allowed at a crash (TCG)
+CR_MULTI_TIMEOUT=5      # pdio.h: DEFAULT_MULTI_TIMEOUT
 CR_HUNG_MS=10000        # watchdog.c: WATCHDOG_HUNG_MS
 CR_SLOW_MS=3000         # dm-delay's delay
 CR_SLOW_WRITES=2
 
-# cr_attach SERVER: rc_attach_fs with the defaults, which it checks.
+# cr_attach SERVER [N]: rc_attach_fs with the defaults, which it checks;
+# with N, -C N and the defaults of several connections.
 cr_attach() {
-    SERVER=$1
-    rc_attach_fs
+    SERVER=$1 conns=${2:-1}
+    if [ "$conns" = 1 ]; then rc_attach_fs; else rc_attach_fs -C "$conns"; fi
     io=$(cat "/sys/block/nbd$(rc_idx)/queue/io_timeout")
     hw=$(ls "/sys/block/nbd$(rc_idx)/mq" | wc -l)
     detail "$(rc_dev): defaults: connections $(rc_field connections) ($hw hardware queue(s)), timeout $(rc_field timeout) s, io_timeout $io ms, dead-connection timeout $(rc_field dead_timeout) s; server pid $(rc_field server_pid)"
-    [ "$(rc_field connections)" = 1 ] && [ "$hw" = 1 ]
-    [ "$(rc_field timeout)" = 0 ]
-    [ "$io" = 1000 ]
+    [ "$(rc_field connections)" = "$conns" ] || return 1
+    [ "$hw" = "$conns" ] || return 1
+    if [ "$conns" = 1 ]; then
+        [ "$(rc_field timeout)" = 0 ] && [ "$io" = 1000 ]
+    else
+        [ "$(rc_field timeout)" = "$CR_MULTI_TIMEOUT" ] &&
+            [ "$io" = $((CR_MULTI_TIMEOUT * 1000)) ]
+    fi
 }
 
 # cr_crash HOW N: the recover scenario's replacement test, and every
@@ -43,6 +63,15 @@ cr_crash() {
     for p in $pauses; do
         [ "$p" -le "$CR_PAUSE_MAX_MS" ] || { echo "pause $p ms > $CR_PAUSE_MAX_MS ms"; return 1; }
     done
+}
+
+# cr_crash_multi HOW N: the replacement test with several connections;
+# the pauses (in rc_replace's line) are figures, and the kernel's resends
+# of the requests in flight at each death are counted.
+cr_crash_multi() {
+    rc_replace "$@" || return 1
+    resent=$(dmesg | grep -c 'Connection timed out, retrying' || true)
+    tap_diag "-C $(rc_field connections), timeout $(rc_field timeout) s: $1 x$2 paused $(rc_pauses)ms (TCG, printed only); kernel 'Connection timed out, retrying' lines (rate-limited): $resent"
 }
 
 # SIGSTOP the server during fio: the watchdog kills it after CR_HUNG_MS
@@ -90,7 +119,8 @@ cr_hung() {
 # dead-connection message), no I/O error, the data reads back, and the
 # kernel logged at most 3 lines per slow request, the writes and their
 # read-backs ("Possible stuck request", one per expiry of the 1 s timer:
-# at 1-2, 2-3 and, under TCG's load, 3-4 s).
+# at 1-2, 2-3 and, under TCG's load, 3-4 s).  cr_slow -C N: the same with
+# N connections, whose timeout must outlast the delay.
 cr_slow() {
     back=/scratch/slow-back.img
     rm -f "$back" "$STATE/slow.stop" "$STATE/slow.fail"
@@ -108,8 +138,10 @@ cr_slow() {
         done
     fi
     [ -b "$dmdev" ] || { echo "no dm device"; ls -l /dev/mapper /sys/block; return 1; }
-    d=$(pdio attach "$dmdev")
+    d=$(pdio attach "$@" "$dmdev")
     i=${d#/dev/nbd}
+    conns=$(sed -n 's/^connections=//p' "$PDIO_RUN/nbd$i.rec")
+    tmo=$(sed -n 's/^timeout=//p' "$PDIO_RUN/nbd$i.rec")
     sup=$(sed -n 's/^supervisor_pid=//p' "$PDIO_RUN/nbd$i.rec")
     server=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
     head -c 4096 /dev/urandom > /tmp/slow.pat
@@ -149,16 +181,23 @@ cr_slow() {
     handed=$(grep -c 'died\|handed\|killing\|not answered' "$PDIO_RUN/nbd$i.supervisor.log" || true)
     restarts=$(sed -n 's/^restarts=//p' "$PDIO_RUN/nbd$i.rec")
     server2=$(sed -n 's/^server_pid=//p' "$PDIO_RUN/nbd$i.rec")
+    # What the supervisor did about a dropped connection, and when.
+    [ "$handed" = 0 ] || cat "$PDIO_RUN/nbd$i.supervisor.log"
     pdio detach "$d"
     DM_DISABLE_UDEV=1 dmsetup remove pdio-slow
     /usr/sbin/losetup -d "$loop"
-    tap_diag "slow storage (dm-delay $CR_SLOW_MS ms): slow writes took${times} ms; kernel log: $lines nbd line(s) for $nslow slow requests, $dropped of a dropped connection or error; supervisor: $handed hand-over(s), restarts $restarts"
+    tap_diag "slow storage (dm-delay $CR_SLOW_MS ms), $conns connection(s), timeout $tmo s: slow writes took${times} ms; kernel log: $lines nbd line(s) for $nslow slow requests, $dropped of a dropped connection or error; supervisor: $handed hand-over(s), restarts $restarts"
     detail "slow writes took${times} ms; $bad read back wrong; server $server -> $server2, supervisor $sup; $(cat "$STATE/slow.fail" 2>/dev/null | wc -l) failed writes"
-    [ ! -s "$STATE/slow.fail" ] && [ "$bad" = 0 ]
+    # One test a line: set -e ignores a failure before the last command
+    # of an && list.
+    [ ! -s "$STATE/slow.fail" ] || return 1
+    [ "$bad" = 0 ] || return 1
     for t in $times; do
         [ "$t" -ge $((CR_SLOW_MS - 500)) ] || { echo "a slow write took $t ms: the delay did not apply"; return 1; }
     done
-    [ "$dropped" = 0 ] && [ "$handed" = 0 ] && [ "$restarts" = 0 ] && [ "$server2" = "$server" ]
+    [ "$dropped" = 0 ] || { echo "$dropped kernel line(s) of a dropped connection or error"; return 1; }
+    [ "$handed" = 0 ] || { echo "the supervisor handed over $handed time(s)"; return 1; }
+    [ "$restarts" = 0 ] && [ "$server2" = "$server" ] || { echo "the server was replaced"; return 1; }
     [ "$lines" -le $((3 * nslow)) ]
 }
 
@@ -169,6 +208,11 @@ scenario_crash() {
     step "crash: server SIGSTOPped during fio verify: the watchdog replaces it, 0 errors" cr_hung
     step "crash: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
     step "crash: slow storage (dm-delay ${CR_SLOW_MS} ms): no connection dropped, no error, at most 3 kernel lines per slow request" cr_slow
+    # Several connections: the timeout bounds the pause.
+    step "crash -C 2: pdio attach -C 2 with its defaults (timeout ${CR_MULTI_TIMEOUT} s, io_timeout ${CR_MULTI_TIMEOUT}000 ms), mkfs.ext4, mount" cr_attach native 2
+    step "crash -C 2: server SIGKILLed 3 times during fio verify: 0 errors (pauses printed)" cr_crash_multi kill 3
+    step "crash -C 2: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
+    step "crash -C 2: slow storage (dm-delay ${CR_SLOW_MS} ms): no connection dropped, no error" cr_slow -C 2
     # The other server: the kernel's side is the same.
     step "crash: pdio attach --nbdkit with its defaults, mkfs.ext4, mount" cr_attach nbdkit
     step "crash: nbdkit SIGKILLed 2 times during fio verify: 0 errors, each pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash kill 2

@@ -8,7 +8,8 @@
 # nothing is left of them.  Invalid names and a name in use are refused.
 # udevd is stopped again at the end: the other scenarios run without it.
 # Broken variants: run.sh --break no-alias (no name in the identifier),
-# any-name, name-unchecked.
+# any-name, name-unchecked, no-busy-retry (attach --device gives up on
+# the kernel's first EBUSY).
 NM_DIR=/scratch/names
 NM_IMG=$NM_DIR/web-data.img
 NM_PT=$NM_DIR/parted.disk.img
@@ -149,11 +150,38 @@ nm_errors() {
     detail "--name '' . .. a/b 'x y' a:b and 65 characters: exit 2; --name in use: exit 1, nothing attached; default name in use: attached without one"
 }
 
+# attach --device of a device past nbds_max while udevd runs, five times
+# without waiting for udev: each detach destroys the device and each
+# attach makes it again, and udev's worker opens it (the event of its
+# making, or of the last one going away) while attach connects it; the
+# kernel calls it in use for that moment.  Every attach must succeed.
+nm_device() {
+    rm -f "$NM_IMG"
+    truncate -s 64M "$NM_IMG"
+    k=0 failed=0
+    while [ $k -lt 5 ]; do
+        if d=$(pdio attach --device /dev/nbd40 "$NM_IMG" 2> "$STATE/nm.dev"); then
+            [ "$d" = /dev/nbd40 ] || failed=$((failed + 1))
+            pdio detach "$d"
+        else
+            cat "$STATE/nm.dev"
+            failed=$((failed + 1))
+        fi
+        k=$((k + 1))
+    done
+    udevadm settle --timeout=60
+    nm_links_gone
+    srv_no_state
+    detail "5 attach --device /dev/nbd40 and detach under udevd: $failed failed"
+    [ "$failed" = 0 ]
+}
+
 scenario_names() {
     step "names: systemd-udevd runs as a daemon with pdio's udev rule" nm_udev_start
     step "names: /dev/disk/by-pdio/NAME (the image's file name) leads to the device while attached, gone after detach" nm_default
     step "names: a partitioned image gets NAME-part1 and NAME-part2, gone after detach" nm_partitions
     step "names: attach --name NAME; the link mounts; gone after detach" nm_name
     step "names: --name refuses invalid names and a name in use; a default name in use is dropped" nm_errors
+    step "names: attach --device /dev/nbd40 (made past nbds_max) 5 times under udevd: every one attaches" nm_device
     step "names: udevd stops, nothing of it left for the other scenarios" nm_udev_stop
 }
