@@ -85,15 +85,21 @@ ro_mount() {
     [ "$at_once" = yes ]
 }
 
-ro_fstab() {
-    ro_clean
-    echo "$RM_URI $MNT pdio _netdev,fstype=ext4 0 0" > "$RO_FSTAB"
+# Writes fstab line $2 into file $1 and mounts what it says on $MNT;
+# then the $3 files written before must read back whole.  Sets dev.
+ro_fstab_mount() {
+    echo "$2" > "$1"
     # Only the network file systems: what systemd's remote-fs.target
     # (and Debian's old "mountnfs" script) mount once the network is up.
-    $MOUNT -a -T "$RO_FSTAB" -O _netdev
+    $MOUNT -a -T "$1" -O _netdev
     grep " $MNT " /proc/mounts
     dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
-    mnt_verify_files "$RO_FILES"
+    mnt_verify_files "$3"
+}
+
+ro_fstab() {
+    ro_clean
+    ro_fstab_mount "$RO_FSTAB" "$RM_URI $MNT pdio _netdev,fstype=ext4 0 0" "$RO_FILES"
     $UMOUNT "$MNT"
     ro_nothing_left
     # How systemd reads the line: a network mount, which the generator

@@ -228,11 +228,9 @@ rt_mount() {
 # The same export from an fstab line, its TLS settings in the URI.
 rt_fstab() {
     ro_clean
-    echo "$RT_URI?tls-certificates=$RT_DIR/client $MNT pdio _netdev,fstype=ext4 0 0" > "$RT_FSTAB"
-    $MOUNT -a -T "$RT_FSTAB" -O _netdev
-    grep " $MNT " /proc/mounts
-    dev=$(grep " $MNT " /proc/mounts | cut -d' ' -f1)
-    mnt_verify_files "$RT_FILES"
+    ro_fstab_mount "$RT_FSTAB" \
+        "$RT_URI?tls-certificates=$RT_DIR/client $MNT pdio _netdev,fstype=ext4 0 0" \
+        "$RT_FILES"
     tls=$(rm_field_of "$dev" tls)
     $UMOUNT "$MNT"
     gone=yes
