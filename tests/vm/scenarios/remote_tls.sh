@@ -371,7 +371,9 @@ rt_figures() {
         nbd-client -d /dev/nbd7 || true
     fi
     nw=$1 nr=$2
-    rmmod tls
+    # The server's end of nbd-client's connection is a kTLS socket too,
+    # and holds the module until the server has closed it.
+    wait_until 10 rmmod tls 2>/dev/null
     dev=$(pdio attach --tls-certificates "$RT_DIR/client" "$RT_URI")
     [ "$(rm_field_of "$dev" tls)" = relay ]
     set -- $(rt_dd "$dev"); rw=$1 rr=$2
