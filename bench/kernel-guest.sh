@@ -188,7 +188,8 @@ kb_remote() {
         got=$(pdio list --json | jq -r --arg d "$KB_DEV" '.nbddevices[] | select(.name == $d) | "\(.link) \(.tls)"')
         relays=$(rt_relay_threads)
         want="connected ${1#remote-}"
-        path="pdio list --json: $got, relay threads $relays"
+        said=$(grep 'TLS' "$PDIO_RUN/nbd$(rm_idx).supervisor.log" | tail -n 1 | sed 's/^.*]: //')
+        path="pdio list --json: $got, relay threads $relays, the supervisor: $said"
         ok=no
         case $1 in
         remote-ktls) [ "$got" = "$want" ] && [ "$relays" = 0 ] && ok=yes ;;
