@@ -168,7 +168,7 @@ kb_tls_gone() { test "$(rt_stat TlsCurrRxSw)" = 0; }
 
 # kb_remote NAME: attach the remote row NAME, and check its TLS path.
 kb_remote() {
-    kb_rserve || return 1
+    kb_rserve
     srv=$(cat "$KB_RSRV")
     case $1 in
     remote-ktls) [ -d /sys/module/tls ] || insmod /modules/tls.ko ;;
