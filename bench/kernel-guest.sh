@@ -127,9 +127,115 @@ kb_describe() {
     detail "$KB_CONF: $KB_DEV max_sectors_kb $(cat "$q/max_sectors_kb"), $hw hardware queue(s) $*"
 }
 
+# The remote rows, all against one pdio serve --tls-certificates on the
+# image, in remote.sh's namespace across its veth pair (guest-init.sh
+# sources every scenario's file, remote.sh and remote_tls.sh among them;
+# run.sh makes remote_tls's credentials for a bench run too):
+# remote-ktls (pdio attach nbds://, kTLS), remote-relay (the same with
+# tls.ko removed: the supervisor's relay) and nbd-client-tls
+# (nbd-client -enable-tls: its own user-space proxy).  Each row checks
+# the path it got, since a silent fallback would measure the wrong one.
+# The server's CPU is counted with the client's user-space end
+# (supervisor, nbd-client), where the relay and the proxy spend theirs.
+KB_RSRV=$STATE/bench.rserver
+
+# kb_rserve: that server, started by the first remote row; the later
+# ones check that it is still the same process.
+kb_rserve() {
+    if [ -f "$KB_RSRV" ]; then
+        p=$(cat "$KB_RSRV")
+        if proc_gone "$p"; then
+            echo "pdio serve $p, the remote rows' server, has exited"
+            tail -n 20 "$LOGS/remote-tls-serve.log"
+            return 1
+        fi
+        return 0
+    fi
+    rm_net
+    [ -d /sys/module/tls ] || insmod /modules/tls.ko
+    rt_serve_x509 "$KB_IMG"
+    cp "$STATE/rm.server" "$KB_RSRV"
+}
+
+# kb_srv_tls: the server's side of the row's connection, from the kTLS
+# sessions its namespace counts.
+kb_srv_tls() {
+    n=$(rm_in awk '$1 == "TlsCurrTxSw" { print $2 }' /proc/net/tls_stat 2>/dev/null || true)
+    if [ "${n:-0}" -gt 0 ]; then echo "server kTLS"; else echo "server GnuTLS"; fi
+}
+
+kb_tls_gone() { test "$(rt_stat TlsCurrRxSw)" = 0; }
+
+# kb_remote NAME: attach the remote row NAME, and check its TLS path.
+kb_remote() {
+    kb_rserve
+    srv=$(cat "$KB_RSRV")
+    case $1 in
+    remote-ktls) [ -d /sys/module/tls ] || insmod /modules/tls.ko ;;
+    remote-relay)
+        # No kTLS in the kernel at all: not for the server either.
+        wait_until 30 kb_tls_gone
+        [ ! -d /sys/module/tls ] || wait_until 30 rmmod tls
+        ;;
+    esac
+    tx0=$(rt_stat TlsCurrTxSw)
+    case $1 in
+    remote-*)
+        KB_DEV=$(pdio attach --tls-certificates "$RT_DIR/client" "$RT_URI")
+        echo "$KB_DEV" > "$STATE/rm.dev"
+        sup=$(rm_field supervisor_pid)
+        KB_PIDS="$srv $sup"
+        got=$(pdio list --json | jq -r --arg d "$KB_DEV" '.nbddevices[] | select(.name == $d) | "\(.link) \(.tls)"')
+        relays=$(rt_relay_threads)
+        want="connected ${1#remote-}"
+        said=$(grep 'TLS' "$PDIO_RUN/nbd$(rm_idx).supervisor.log" | tail -n 1 | sed 's/^.*]: //')
+        path="pdio list --json: $got, relay threads $relays, the supervisor: $said"
+        ok=no
+        case $1 in
+        remote-ktls) [ "$got" = "$want" ] && [ "$relays" = 0 ] && ok=yes ;;
+        remote-relay) [ "$got" = "$want" ] && [ "$relays" = 1 ] && ok=yes ;;
+        esac
+        ;;
+    nbd-client-tls)
+        nbd-client "$RM_S" "$RM_PORT" "$KB_NBD" -b 512 -enable-tls \
+            -cacertfile "$RT_DIR/client/ca-cert.pem" -tlshostname "$RM_S"
+        KB_DEV=$KB_NBD
+        proxy=$(kb_srv_pids nbd-client)
+        KB_PIDS="$srv $proxy"
+        path="nbd-client pid(s) ${proxy:-none}"
+        ok=no
+        [ -n "$proxy" ] && ok=yes
+        ;;
+    esac
+    tx=$(rt_stat TlsCurrTxSw)
+    case $1 in
+    remote-ktls) [ $((tx - tx0)) = 1 ] || ok=no ;;
+    *) [ "$tx" = "$tx0" ] || ok=no ;;
+    esac
+    path="$path; client kTLS TX sessions $tx0 -> $tx; $(kb_srv_tls)"
+    kb_describe "pids=$KB_PIDS server=$srv $path"
+    [ "$ok" = yes ] || { echo "$1: not the TLS path the row is for: $path"; kb_remote_down "$1"; return 1; }
+}
+
+kb_remote_down() {
+    case $1 in
+    remote-*)
+        sup=$(rm_field supervisor_pid)
+        pdio detach "$KB_DEV"
+        wait_until 30 proc_gone "$sup"
+        ;;
+    nbd-client-tls)
+        nbd-client -d "$KB_NBD"
+        for p in $(kb_srv_pids nbd-client); do wait_until 30 proc_gone "$p"; done
+        ;;
+    esac
+    [ -d /sys/module/tls ] || insmod /modules/tls.ko
+}
+
 # kb_conf NAME: one configuration through the job list.  NAME: loop,
 # pdio, pdio-cN (-C N), pdio-msK (max_sectors_kb K after attach, or "max":
-# max_hw_sectors_kb), qemu-nbd, nbdkit-file.
+# max_hw_sectors_kb), qemu-nbd, nbdkit-file, remote-ktls, remote-relay,
+# nbd-client-tls.
 kb_conf() {
     KB_CONF=$1
     KB_PIDS=""
@@ -179,6 +285,7 @@ kb_conf() {
         KB_PIDS=$(kb_srv_pids nbdkit)
         kb_describe "pids=$KB_PIDS nbdkit file cache=none"
         ;;
+    remote-ktls|remote-relay|nbd-client-tls) kb_remote "$1" ;;
     *) echo "unknown configuration $1"; return 1 ;;
     esac
     rc=0
@@ -192,6 +299,7 @@ kb_conf() {
         kill $KB_PIDS
         for p in $KB_PIDS; do wait_until 30 sh -c "! test -d /proc/$p"; done
         ;;
+    remote-*|nbd-client-tls) kb_remote_down "$1" ;;
     esac
     return $rc
 }
@@ -212,6 +320,7 @@ kb_image() {
         echo "fio $(fio --version)"
         echo "qemu-nbd $(qemu-nbd --version | head -n 1)"
         echo "nbdkit $(nbdkit --version)"
+        echo "nbd-client $(nbd-client -V 2>&1 | head -n 1)"
     } > "$KB_OUT/guest.txt"
     detail "image $KB_SIZE, tree $(stat -c %s "$KB_DIR/tree.tar") bytes"
 }
@@ -222,4 +331,8 @@ scenario_bench() {
     for c in $KB_CONFIGS; do
         step "bench: $c" kb_conf "$c"
     done
+    case " $KB_CONFIGS " in
+    *" remote-"*|*" nbd-client-tls "*)
+        step "bench: the remote rows' server stopped, the namespace gone" rm_teardown ;;
+    esac
 }

@@ -17,7 +17,13 @@
 #                    pdio-msK (the defaults, then max_sectors_kb K, or max
 #                    = max_hw_sectors_kb; sequential jobs only); qemu-nbd
 #                    (--cache=none --aio=native) and nbdkit-file
-#                    (cache=none), each through nbd-client -b 512 -C 1
+#                    (cache=none), each through nbd-client -b 512 -C 1;
+#                    not by default, the remote rows, all against one pdio
+#                    serve --tls-certificates on the image across a veth
+#                    pair: remote-ktls (pdio attach nbds://, kTLS),
+#                    remote-relay (tls.ko removed: pdio's relay) and
+#                    nbd-client-tls (nbd-client -enable-tls), each
+#                    checked to have the TLS path it names
 #   --jobs LIST      default rr4k-qd1,rr4k-qd32,rw4k-qd32,sr1m-qd8,sw1m-qd8,untar
 #   --runtime S      fio's measured seconds per job (default 6; at least 3)
 #   --ramp S         fio's ramp seconds (default 1)

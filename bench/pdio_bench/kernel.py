@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """bench/kernel.sh's table: the kernel path (loop, pdio attach, qemu-nbd
-and nbdkit through nbd-client) from the guest's rows.tsv and fio's JSON,
+and nbdkit through nbd-client, and the remote rows over TLS) from the
+guest's rows.tsv and fio's JSON,
 one or more runs; medians with [min–max] over runs, ratios computed
 within each run (report.spread, as summary.md does).
 
@@ -24,6 +25,10 @@ JOBS = [
 USER_HZ = 100
 # The rows the ratios are taken of, and against.
 REFS = ["loop", "qemu-nbd"]
+# The remote rows (one pdio serve --tls-certificates), against nbd-client's
+# own TLS.
+REMOTE = ["remote-ktls", "remote-relay"]
+REMOTE_REF = "nbd-client-tls"
 
 
 def load_run(d):
@@ -72,7 +77,8 @@ def configs_of(runs):
             if conf not in seen:
                 seen.append(conf)
     # The run order may be reversed: print in a fixed order.
-    order = ["loop", "pdio", "pdio-c2", "pdio-c4", "qemu-nbd", "nbdkit-file"]
+    order = ["loop", "pdio", "pdio-c2", "pdio-c4", "qemu-nbd", "nbdkit-file",
+             "remote-ktls", "remote-relay", "nbd-client-tls"]
     return sorted(seen, key=lambda c: (order.index(c) if c in order
                                        else len(order), c))
 
@@ -125,6 +131,7 @@ def main(argv):
             continue
         for ref in REFS:
             ratio_rows.append((conf, ref))
+    ratio_rows += [(conf, REMOTE_REF) for conf in REMOTE if conf in confs]
     out += ["", "### Ratios within each run (pdio row / reference row)", "",
             "| row | " + " | ".join(j[0] for j in jobs) + " |",
             "|---|" + "---|" * len(jobs)]
@@ -143,7 +150,9 @@ def main(argv):
                  lambda j: (lambda v: "%.0f" % v))
     out += table(runs, confs, jobs,
                  "Server CPU per I/O, µs (utime+stime of the server's "
-                 "processes; loop has none)",
+                 "processes, for the remote rows with the client's "
+                 "user-space end: pdio's supervisor, nbd-client; loop has "
+                 "none)",
                  lambda c, conf, job: c[(conf, job)]["server_us"],
                  lambda j: (lambda v: "%.0f" % v))
     print("\n".join(out))

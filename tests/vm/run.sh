@@ -523,7 +523,8 @@ build_debs() {
 # The remote_tls scenario's: a CA, the certificate of 10.99.0.2 (the
 # server's end of the veth pair) in server/ for pdio serve, the CA alone
 # in client/ for pdio attach, another CA in other/, and PSK files (alice's
-# key, and a wrong one of hers).
+# key, and a wrong one of hers).  A bench run gets them too, for
+# bench/kernel-guest.sh's remote rows.
 make_remote_tls_credentials() {
     d=$1
     mkdir -p "$d/server" "$d/client" "$d/other"
@@ -668,7 +669,7 @@ case ",$scenarios," in
 *,tls,*|*,ktls,*) make_tls_credentials "$ov/pdio/tls" || bail "cannot make the tls scenario's certificates (certtool, package gnutls-bin)" ;;
 esac
 case ",$scenarios," in
-*,remote_tls,*) make_remote_tls_credentials "$ov/pdio/rtls" || bail "cannot make the remote_tls scenario's credentials (certtool, psktool: package gnutls-bin)" ;;
+*,remote_tls,*|,bench,) make_remote_tls_credentials "$ov/pdio/rtls" || bail "cannot make the remote_tls scenario's credentials (certtool, psktool: package gnutls-bin)" ;;
 esac
 {
     echo "SCENARIOS='$(echo "$scenarios" | tr ',' ' ')'"

@@ -91,7 +91,9 @@ rm_unserve() {
     rm -f "$STATE/rm.server"
 }
 
-rm_setup() {
+# rm_net: the two namespaces and the veth pair (bench/kernel-guest.sh's
+# remote rows use it too).
+rm_net() {
     "$RM_IP" link set lo up
     "$RM_IP" netns add "$RM_NS"
     "$RM_IP" link add veth-c type veth peer name veth-s
@@ -101,6 +103,10 @@ rm_setup() {
     rm_in "$RM_IP" link set lo up
     rm_in "$RM_IP" addr add "$RM_S/24" dev veth-s
     rm_in "$RM_IP" link set veth-s up
+}
+
+rm_setup() {
+    rm_net
     rm -f "$RM_IMG"
     truncate -s "$RM_SIZE" "$RM_IMG"
     rm_serve "$RM_IMG"
