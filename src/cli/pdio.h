@@ -72,9 +72,11 @@ enum {
  * holds every request of a dm-delay device 3 s and must see no
  * connection dropped).  A request slower than that on a live server
  * drops its connection and is resent on another; storage slower than the
- * timeout on every request drops them all, and in the guest (a 2 s
- * timeout against the 3 s disk) the device then waited out the
- * dead-connection timeout and failed requests.
+ * timeout on every request drops them all and is resent for as long as
+ * it stays that slow.  While attach still reads the partition table
+ * (device_scan_partitions) the process that becomes the supervisor
+ * answers no LINK_DEAD, so drops then wait out the dead-connection
+ * timeout and fail their requests.
  */
 #define DEFAULT_MULTI_TIMEOUT 5
 /* The largest request pdio asks the kernel to send (max_sectors_kb), if
