@@ -519,6 +519,29 @@ alias_free (const struct attach_opts *o, struct attach *a)
   return true;
 }
 
+/* A connection dropped while attach still reads the partition table (a
+ * request past the timeout of several connections): fresh ones from the
+ * same server, as the supervisor would hand them.  A server that died
+ * is the supervisor's to restart, once it runs.
+ */
+static void
+connection_dead (void *arg)
+{
+  struct attach *a = arg;
+  char why[PATH_MAX + 256];
+
+  if (!pid_alive (a->rec.server_pid))
+    return;
+  if (device_reconnect (&a->rec, why, sizeof why))
+    warnf (CMD ": %s: a connection dropped while reading the partition "
+           "table (a request past the %u s timeout): handed it a fresh one",
+           a->rec.device, a->rec.timeout);
+  else
+    warnf (CMD ": warning: %s: a connection dropped while reading the "
+           "partition table, and the server takes no new one: %s",
+           a->rec.device, why);
+}
+
 /* Connects the device over netlink and records it, under the run
  * directory's lock, so that the number the kernel hands us cannot be
  * the one a detach is still cleaning up after; partitions show;
@@ -531,6 +554,7 @@ connect_device (const struct attach_opts *o, struct attach *a)
 {
   char why[PATH_MAX + 256];
   struct record old;
+  bool settle;
   int lock = state_lock (CMD);
 
   if (lock == -1)
@@ -578,15 +602,20 @@ connect_device (const struct attach_opts *o, struct attach *a)
   a->recorded = true;
   close (lock);
   claim_note (a->claim, "attached", a->rec.device);
-  if (!test_break ("no-partscan"))
-    device_scan_partitions (a->rec.device);
+  settle = o->autoclear && !test_break ("no-udev-settle");
+  if (test_break ("no-partscan") || test_break ("scan-inline")) {
+    if (!test_break ("no-partscan"))
+      device_scan_partitions (a->rec.device);
+    if (settle)
+      device_settle ();
+  }
+  else
+    device_prepare (&a->rec, settle, a->ev, connection_dead, a);
   /* A failure after the device is up must be undone like any other. */
   if (test_break ("fail-after-connect")) {
     errorf (CMD ": injected failure after connecting %s", a->rec.device);
     return false;
   }
-  if (o->autoclear && !test_break ("no-udev-settle"))
-    device_settle ();
   if (o->autoclear && !device_autoclear (&a->rec, why, sizeof why)) {
     errorf (CMD ": %s: cannot arm autoclear: %s", a->rec.device, why);
     return false;

@@ -13,10 +13,13 @@
 #include <stdio.h>
 #include <string.h>
 #include <dirent.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <linux/fs.h>
 #include <linux/nbd.h>
@@ -353,6 +356,62 @@ device_scan_partitions (const char *device)
    */
   if (!test_break ("no-udev-change"))
     nbd_announce (nbd_index (device));
+}
+
+/* The scan's reads wait on the device like any other request.  With
+ * several connections, one slower than the timeout drops its connection
+ * and waits for a fresh one, which only this process can hand over yet:
+ * scanning inline, it would answer the LINK_DEAD only after the
+ * dead-connection timeout had failed the reads.  So a child scans, and
+ * waits for udev's probe with settle, while this process answers.
+ */
+void
+device_prepare (const struct record *r, bool settle, struct nl_sock *ev,
+                void (*on_dead) (void *arg), void *arg)
+{
+  int idx = nbd_index (r->device), pfd, status;
+  pid_t pid;
+
+  fflush (NULL);
+  pid = fork ();
+  if (pid == 0) {
+    device_scan_partitions (r->device);
+    if (settle)
+      device_settle ();
+    fflush (NULL);
+    _exit (0);
+  }
+  if (pid == -1) {
+    warnf ("pdio: warning: %s: fork: %m: reading the partition table here",
+           r->device);
+    device_scan_partitions (r->device);
+    if (settle)
+      device_settle ();
+    return;
+  }
+  /* Without a pidfd (a kernel before 5.3), a tick sees the child end. */
+  pfd = pidfd_open (pid, 0);
+  while (waitpid (pid, &status, WNOHANG) == 0) {
+    struct pollfd p[2] = {
+      { .fd = pfd, .events = POLLIN },
+      { .fd = ev ? nbdnl_events_fd (ev) : -1, .events = POLLIN },
+    };
+    bool dead = false;
+    int i;
+
+    if (poll (p, 2, pfd >= 0 ? -1 : 100) == -1 && errno != EINTR) {
+      warnf ("pdio: warning: %s: poll: %m", r->device);
+      msleep (100);
+    }
+    if (p[1].revents & POLLIN)
+      while ((i = nbdnl_events_read (ev)) >= -2)
+        if (i == idx)
+          dead = true;
+    if (dead)
+      on_dead (arg);
+  }
+  if (pfd >= 0)
+    close (pfd);
 }
 
 /* udev probes a device it sees change (blkid opens and closes it), a

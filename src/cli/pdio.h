@@ -73,10 +73,8 @@ enum {
  * connection dropped).  A request slower than that on a live server
  * drops its connection and is resent on another; storage slower than the
  * timeout on every request drops them all and is resent for as long as
- * it stays that slow.  While attach still reads the partition table
- * (device_scan_partitions) the process that becomes the supervisor
- * answers no LINK_DEAD, so drops then wait out the dead-connection
- * timeout and fail their requests.
+ * it stays that slow.  While attach still reads the partition table,
+ * attach hands the fresh connections itself (device_prepare).
  */
 #define DEFAULT_MULTI_TIMEOUT 5
 /* The largest request pdio asks the kernel to send (max_sectors_kb), if
@@ -780,6 +778,12 @@ extern void device_scan_partitions (const char *device);
 extern void device_settle (void);
 /* After a disconnect: nbdNp1... go away. */
 extern void device_drop_partitions (const char *device);
+/* device_scan_partitions, and device_settle if settle, while on_dead(arg)
+ * answers each LINK_DEAD of the device (from ev, or none if NULL).
+ */
+extern void device_prepare (const struct record *r, bool settle,
+                            struct nl_sock *ev, void (*on_dead) (void *arg),
+                            void *arg);
 /* The device disconnects when its last opener closes it. */
 extern bool device_autoclear (const struct record *r, char *why, size_t len);
 extern bool device_disconnect (const char *device, char *why, size_t len);

@@ -19,6 +19,8 @@
  *                         as the supervisor's child, dying with it
  *   no-autoclear          mount.pdio does not arm autoclear
  *   no-partscan           attach does not read the partition table
+ *   scan-inline           attach reads the partition table itself, as it
+ *                         used to, answering no LINK_DEAD meanwhile
  *   no-take-over          pdio restart refuses a device whose supervisor
  *                         is gone
  *   no-udev-settle        attach --autoclear does not wait for udev

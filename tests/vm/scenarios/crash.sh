@@ -201,6 +201,72 @@ cr_slow() {
     [ "$lines" -le $((3 * nslow)) ]
 }
 
+# Storage slower than the timeout while attach reads the partition
+# table, with -C 2: the image (an MBR, one partition) is a loop device
+# whose first MiB is a dm-delay target of CR_SCAN_SLOW_MS, past the
+# timeout, the rest linear.  The scan's read of sector 0 outlives its
+# timer: the kernel drops its connection, resends it on the other, drops
+# that one too.  Once it has dropped two, the table becomes all linear
+# (a resume flushes what dm-delay holds).  Only attach can hand fresh
+# connections then: it is not the supervisor yet.  Pass: attach says it
+# handed one, the partition shows, and the kernel logged no failed read.
+# Shown to fail with scan-inline (attach reads the table itself, as it
+# used to): both connections stay dead until the dead-connection timeout
+# fails the read, and nbdNp1 never shows.
+CR_SCAN_SLOW_MS=8000
+cr_slow_scan() {
+    back=/scratch/scan-back.img
+    rm -f "$back"
+    truncate -s 64M "$back"
+    printf 'label: dos\nstart=2048\n' | sfdisk -q "$back"
+    loop=$(/usr/sbin/losetup -f --show "$back")
+    total=$((64 * 2048)) slow=2048
+    printf '0 %d delay %s 0 %d\n%d %d linear %s %d\n' \
+        "$slow" "$loop" "$CR_SCAN_SLOW_MS" "$slow" $((total - slow)) "$loop" "$slow" |
+        DM_DISABLE_UDEV=1 dmsetup create pdio-scan --noudevsync
+    dmdev=/dev/mapper/pdio-scan
+    if [ ! -b "$dmdev" ]; then
+        for b in /sys/block/dm-*; do
+            [ "$(cat "$b/dm/name")" = pdio-scan ] && dmdev=/dev/${b##*/}
+        done
+    fi
+    [ -b "$dmdev" ] || { echo "no dm device"; return 1; }
+    kmsg_reset
+    # The switch: after the kernel's second dropped connection, or 90 s.
+    (
+        k=0
+        while [ $k -lt 900 ] && [ "$(dmesg | grep -c 'nbd.*timed out')" -lt 2 ]; do
+            sleep 0.1; k=$((k + 1))
+        done
+        a=$(cut -d' ' -f1 /proc/uptime)
+        echo "0 $total linear $loop 0" | DM_DISABLE_UDEV=1 dmsetup reload pdio-scan
+        DM_DISABLE_UDEV=1 dmsetup resume pdio-scan
+        echo "$a" > "$STATE/scan.switched"
+    ) &
+    switcher=$!
+    a=$(cut -d' ' -f1 /proc/uptime)
+    d=$(pdio attach -C 2 "$dmdev" 2> "$STATE/scan.err") || { cat "$STATE/scan.err"; wait "$switcher"; return 1; }
+    b=$(cut -d' ' -f1 /proc/uptime)
+    wait "$switcher" || true
+    i=${d#/dev/nbd}
+    cat "$STATE/scan.err"
+    dmesg | grep -i 'nbd' > "$STATE/scan.kmsg" || true
+    cat "$STATE/scan.kmsg"
+    drops=$(grep -c 'timed out' "$STATE/scan.kmsg" || true)
+    failed=$(grep -ci 'unable to read partition table\|I/O error' "$STATE/scan.kmsg" || true)
+    handed=$(grep -c 'handed it a fresh one' "$STATE/scan.err" || true)
+    part=no
+    [ -e "/sys/block/nbd$i/nbd${i}p1" ] && part=yes
+    tap_diag "slow storage during attach's partition scan (dm-delay $CR_SCAN_SLOW_MS ms, -C 2, timeout $(sed -n 's/^timeout=//p' "$PDIO_RUN/nbd$i.rec") s): attach took $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%d", (b - a) * 1000 }') ms (TCG), the table went linear at $(awk -v a="$a" -v b="$(cat "$STATE/scan.switched")" 'BEGIN { printf "%d", (b - a) * 1000 }') ms; $drops dropped connection(s), $handed handed by attach, $failed failed read line(s); nbd${i}p1: $part"
+    pdio detach "$d"
+    DM_DISABLE_UDEV=1 dmsetup remove pdio-scan
+    /usr/sbin/losetup -d "$loop"
+    [ "$drops" -ge 2 ] || { echo "the kernel dropped $drops connection(s): the delay did not apply"; return 1; }
+    [ "$handed" -ge 1 ] || { echo "attach handed no fresh connection"; return 1; }
+    [ "$failed" = 0 ] || { echo "$failed kernel line(s) of a failed read"; return 1; }
+    [ "$part" = yes ] || { echo "nbd${i}p1 does not show"; return 1; }
+}
+
 scenario_crash() {
     step "crash: pdio attach with its defaults (1 connection, timeout 0, io_timeout 1000 ms), mkfs.ext4, mount" cr_attach native
     step "crash: server SIGKILLed 3 times during fio verify: 0 errors, each pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash kill 3
@@ -213,6 +279,7 @@ scenario_crash() {
     step "crash -C 2: server SIGKILLed 3 times during fio verify: 0 errors (pauses printed)" cr_crash_multi kill 3
     step "crash -C 2: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
     step "crash -C 2: slow storage (dm-delay ${CR_SLOW_MS} ms): no connection dropped, no error" cr_slow -C 2
+    step "crash -C 2: storage slower than the timeout during attach's partition scan: attach hands fresh connections, the table is read" cr_slow_scan
     # The other server: the kernel's side is the same.
     step "crash: pdio attach --nbdkit with its defaults, mkfs.ext4, mount" cr_attach nbdkit
     step "crash: nbdkit SIGKILLed 2 times during fio verify: 0 errors, each pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash kill 2
