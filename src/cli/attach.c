@@ -521,8 +521,9 @@ alias_free (const struct attach_opts *o, struct attach *a)
 
 /* A connection dropped while attach still reads the partition table (a
  * request past the timeout of several connections): fresh ones from the
- * same server, as the supervisor would hand them.  A server that died
- * is the supervisor's to restart, once it runs.
+ * same server, as the supervisor would hand them.  A server that died,
+ * or takes no new connection and is killed for it (as the supervisor
+ * does), is the supervisor's to restart: its first act is to reap.
  */
 static void
 connection_dead (void *arg)
@@ -536,10 +537,13 @@ connection_dead (void *arg)
     warnf (CMD ": %s: a connection dropped while reading the partition "
            "table (a request past the %u s timeout): handed it a fresh one",
            a->rec.device, a->rec.timeout);
-  else
+  else {
     warnf (CMD ": warning: %s: a connection dropped while reading the "
-           "partition table, and the server takes no new one: %s",
-           a->rec.device, why);
+           "partition table, and the server (pid %d) takes no new one (%s): "
+           "killing it to restart it", a->rec.device,
+           (int) a->rec.server_pid, why);
+    kill (a->rec.server_pid, SIGKILL);
+  }
 }
 
 /* Connects the device over netlink and records it, under the run
