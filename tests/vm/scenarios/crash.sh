@@ -110,6 +110,25 @@ cr_hung() {
     proc_gone "$old"
 }
 
+# cr_dm_slow NAME FILE MS: a loop device of FILE (64 MiB), and over it
+# the device-mapper device NAME whose first MiB is a dm-delay target of MS
+# on every I/O, the rest linear.  Sets loop, total (sectors) and dmdev.
+cr_dm_slow() {
+    # By its path: the guest's busybox sh runs its own applet for "losetup".
+    loop=$(/usr/sbin/losetup -f --show "$2")
+    total=$((64 * 2048))
+    printf '0 2048 delay %s 0 %d\n2048 %d linear %s 2048\n' \
+        "$loop" "$3" $((total - 2048)) "$loop" |
+        DM_DISABLE_UDEV=1 dmsetup create "$1" --noudevsync
+    dmdev=/dev/mapper/$1
+    if [ ! -b "$dmdev" ]; then
+        for b in /sys/block/dm-*; do
+            [ "$(cat "$b/dm/name")" = "$1" ] && dmdev=/dev/${b##*/}
+        done
+    fi
+    [ -b "$dmdev" ] || { echo "no dm device $1"; ls -l /dev/mapper /sys/block; return 1; }
+}
+
 # Slow storage: the image is a device-mapper device whose first MiB is a
 # dm-delay target (CR_SLOW_MS on every I/O), the rest linear, over a loop
 # device.  The watchdog's probes (offset 0) are slow too.  A writer keeps
@@ -125,19 +144,7 @@ cr_slow() {
     back=/scratch/slow-back.img
     rm -f "$back" "$STATE/slow.stop" "$STATE/slow.fail"
     truncate -s 64M "$back"
-    # By its path: the guest's busybox sh runs its own applet for "losetup".
-    loop=$(/usr/sbin/losetup -f --show "$back")
-    total=$((64 * 2048)) slow=2048
-    printf '0 %d delay %s 0 %d\n%d %d linear %s %d\n' \
-        "$slow" "$loop" "$CR_SLOW_MS" "$slow" $((total - slow)) "$loop" "$slow" |
-        DM_DISABLE_UDEV=1 dmsetup create pdio-slow --noudevsync
-    dmdev=/dev/mapper/pdio-slow
-    if [ ! -b "$dmdev" ]; then
-        for b in /sys/block/dm-*; do
-            [ "$(cat "$b/dm/name")" = pdio-slow ] && dmdev=/dev/${b##*/}
-        done
-    fi
-    [ -b "$dmdev" ] || { echo "no dm device"; ls -l /dev/mapper /sys/block; return 1; }
+    cr_dm_slow pdio-slow "$back" "$CR_SLOW_MS" || return 1
     d=$(pdio attach "$@" "$dmdev")
     i=${d#/dev/nbd}
     conns=$(sed -n 's/^connections=//p' "$PDIO_RUN/nbd$i.rec")
@@ -219,18 +226,7 @@ cr_slow_scan() {
     rm -f "$back"
     truncate -s 64M "$back"
     printf 'label: dos\nstart=2048\n' | sfdisk -q "$back"
-    loop=$(/usr/sbin/losetup -f --show "$back")
-    total=$((64 * 2048)) slow=2048
-    printf '0 %d delay %s 0 %d\n%d %d linear %s %d\n' \
-        "$slow" "$loop" "$CR_SCAN_SLOW_MS" "$slow" $((total - slow)) "$loop" "$slow" |
-        DM_DISABLE_UDEV=1 dmsetup create pdio-scan --noudevsync
-    dmdev=/dev/mapper/pdio-scan
-    if [ ! -b "$dmdev" ]; then
-        for b in /sys/block/dm-*; do
-            [ "$(cat "$b/dm/name")" = pdio-scan ] && dmdev=/dev/${b##*/}
-        done
-    fi
-    [ -b "$dmdev" ] || { echo "no dm device"; return 1; }
+    cr_dm_slow pdio-scan "$back" "$CR_SCAN_SLOW_MS" || return 1
     kmsg_reset
     # The switch: after the kernel's second dropped connection, or 90 s.
     (
