@@ -61,6 +61,17 @@ kb_centis() { awk '{ printf "%d\n", $1 * 100 }' /proc/uptime; }
 # kb_dev_ios DEV: requests completed on the block device (reads + writes).
 kb_dev_ios() { awk '{ print $1 + $5 }' "/sys/block/${1#/dev/}/stat"; }
 
+# kb_net: the client's veth counters (bytes and packets each way), for
+# the remote rows: "-" where there is no veth.
+KB_VETH=/sys/class/net/veth-c/statistics
+kb_net() {
+    if [ -d "$KB_VETH" ]; then
+        echo "$(cat "$KB_VETH/tx_bytes") $(cat "$KB_VETH/tx_packets") $(cat "$KB_VETH/rx_bytes") $(cat "$KB_VETH/rx_packets")"
+    else
+        echo "- - - -"
+    fi
+}
+
 kb_snap() {
     # shellcheck disable=SC2086 # a list of pids
     echo "$(kb_centis) $(kb_busy) $(kb_srv_ticks $KB_PIDS) $(kb_dev_ios "$KB_DEV")"
@@ -82,11 +93,12 @@ kb_fio() {
         sleep 0.1; n=$((n + 1))
     done
     sleep "$KB_RAMP"
-    a=$(kb_snap)
+    a=$(kb_snap) na="$(kb_net) $(kb_dev_ios "$KB_DEV")"
     sleep $((KB_RUNTIME - 1))
-    b=$(kb_snap)
+    b=$(kb_snap) nb="$(kb_net) $(kb_dev_ios "$KB_DEV")"
     wait "$fpid" || { echo "fio $name failed on $KB_DEV"; cat "$json"; return 1; }
     echo "$KB_CONF $name $a $b 0" >> "$KB_OUT/rows.tsv"
+    case $na in "- "*) ;; *) echo "$KB_CONF $name $na $nb" >> "$KB_OUT/net.tsv" ;; esac
 }
 
 # kb_untar: mkfs.ext4 on the device (no discard: the image keeps its
@@ -310,6 +322,7 @@ kb_image() {
     mkdir -p "$KB_OUT"
     : > "$KB_OUT/rows.tsv"
     : > "$KB_OUT/configs.tsv"
+    : > "$KB_OUT/net.tsv"
     fio --name=fill --filename="$KB_IMG" --size="$KB_SIZE" --rw=write --bs=1M \
         --ioengine=io_uring --direct=1 --iodepth=8 --output=/dev/null
     {
