@@ -558,7 +558,6 @@ connect_device (const struct attach_opts *o, struct attach *a)
 {
   char why[PATH_MAX + 256];
   struct record old;
-  bool settle;
   int lock = state_lock (CMD);
 
   if (lock == -1)
@@ -606,15 +605,10 @@ connect_device (const struct attach_opts *o, struct attach *a)
   a->recorded = true;
   close (lock);
   claim_note (a->claim, "attached", a->rec.device);
-  settle = o->autoclear && !test_break ("no-udev-settle");
-  if (test_break ("no-partscan") || test_break ("scan-inline")) {
-    if (!test_break ("no-partscan"))
-      device_scan_partitions (a->rec.device);
-    if (settle)
-      device_settle ();
-  }
-  else
-    device_prepare (&a->rec, settle, a->ev, connection_dead, a);
+  device_prepare (&a->rec, !test_break ("no-partscan"),
+                  o->autoclear && !test_break ("no-udev-settle"),
+                  test_break ("scan-inline") ? NULL : a->ev,
+                  connection_dead, a);
   /* A failure after the device is up must be undone like any other. */
   if (test_break ("fail-after-connect")) {
     errorf (CMD ": injected failure after connecting %s", a->rec.device);

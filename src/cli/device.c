@@ -358,6 +358,15 @@ device_scan_partitions (const char *device)
     nbd_announce (nbd_index (device));
 }
 
+static void
+scan_and_settle (const char *device, bool scan, bool settle)
+{
+  if (scan)
+    device_scan_partitions (device);
+  if (settle)
+    device_settle ();
+}
+
 /* The scan's reads wait on the device like any other request.  With
  * several connections, one slower than the timeout drops its connection
  * and waits for a fresh one, which only this process can hand over yet:
@@ -366,8 +375,8 @@ device_scan_partitions (const char *device)
  * waits for udev's probe with settle, while this process answers.
  */
 void
-device_prepare (const struct record *r, bool settle, struct nl_sock *ev,
-                void (*on_dead) (void *arg), void *arg)
+device_prepare (const struct record *r, bool scan, bool settle,
+                struct nl_sock *ev, void (*on_dead) (void *arg), void *arg)
 {
   int idx = nbd_index (r->device), pfd, status;
   pid_t pid;
@@ -375,18 +384,14 @@ device_prepare (const struct record *r, bool settle, struct nl_sock *ev,
   fflush (NULL);
   pid = fork ();
   if (pid == 0) {
-    device_scan_partitions (r->device);
-    if (settle)
-      device_settle ();
+    scan_and_settle (r->device, scan, settle);
     fflush (NULL);
     _exit (0);
   }
   if (pid == -1) {
     warnf ("pdio: warning: %s: fork: %m: reading the partition table here",
            r->device);
-    device_scan_partitions (r->device);
-    if (settle)
-      device_settle ();
+    scan_and_settle (r->device, scan, settle);
     return;
   }
   /* Without a pidfd (a kernel before 5.3), a tick sees the child end. */

@@ -778,10 +778,11 @@ extern void device_scan_partitions (const char *device);
 extern void device_settle (void);
 /* After a disconnect: nbdNp1... go away. */
 extern void device_drop_partitions (const char *device);
-/* device_scan_partitions, and device_settle if settle, while on_dead(arg)
- * answers each LINK_DEAD of the device (from ev, or none if NULL).
+/* device_scan_partitions if scan, and device_settle if settle, while
+ * on_dead(arg) answers each LINK_DEAD of the device from ev (with ev
+ * NULL, the events wait in their socket until the scan is done).
  */
-extern void device_prepare (const struct record *r, bool settle,
+extern void device_prepare (const struct record *r, bool scan, bool settle,
                             struct nl_sock *ev, void (*on_dead) (void *arg),
                             void *arg);
 /* The device disconnects when its last opener closes it. */

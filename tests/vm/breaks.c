@@ -19,8 +19,8 @@
  *                         as the supervisor's child, dying with it
  *   no-autoclear          mount.pdio does not arm autoclear
  *   no-partscan           attach does not read the partition table
- *   scan-inline           attach reads the partition table itself, as it
- *                         used to, answering no LINK_DEAD meanwhile
+ *   scan-inline           attach answers no LINK_DEAD while the partition
+ *                         table is read, as when it read it itself
  *   no-take-over          pdio restart refuses a device whose supervisor
  *                         is gone
  *   no-udev-settle        attach --autoclear does not wait for udev

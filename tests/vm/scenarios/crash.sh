@@ -217,9 +217,9 @@ cr_slow() {
 # (a resume flushes what dm-delay holds).  Only attach can hand fresh
 # connections then: it is not the supervisor yet.  Pass: attach says it
 # handed one, the partition shows, and the kernel logged no failed read.
-# Shown to fail with scan-inline (attach reads the table itself, as it
-# used to): both connections stay dead until the dead-connection timeout
-# fails the read, and nbdNp1 never shows.
+# Shown to fail with scan-inline (attach answers no LINK_DEAD meanwhile,
+# as when it read the table itself): both connections stay dead until the
+# dead-connection timeout fails the read, and nbdNp1 never shows.
 CR_SCAN_SLOW_MS=8000
 cr_slow_scan() {
     back=/scratch/scan-back.img
