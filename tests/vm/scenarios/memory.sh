@@ -93,6 +93,7 @@ MEM_GLOBAL_SLACK_MIB=128                # the global hog: MemAvailable (caches
 MEM_SWAP_DEV=/dev/vdb                   # the swap device's image
 MEM_SWAP_IMG_MIB=768                    # of swap on it
 MEM_SWAP_DATA=/dev/shm/pdio-mem-swap    # tmpfs: swapped out and back
+MEM_SWAP_CG=/sys/fs/cgroup/pdio-test-swapped   # what MEM_SWAP_DATA is charged to
 MEM_SWAP_OVER_MIB=128                   # the swap hog: MemAvailable plus this
 MEM_IDLE_SECS=6                         # no request for this long: the server
                                         # has given its pool back (5 s, checked
@@ -213,6 +214,7 @@ mem_teardown() {
         swapoff "$s" || true
     done
     [ ! -d "$MEM_CG" ] || rmdir "$MEM_CG"
+    [ ! -d "$MEM_SWAP_CG" ] || rmdir "$MEM_SWAP_CG"
     left=$(find /sys/fs/cgroup -mindepth 1 -type d 2>/dev/null | sed 's|^/sys/fs/cgroup||' | tr '\n' ' ')
     [ ! -f "$STATE/mem.printk" ] || cat "$STATE/mem.printk" > /proc/sys/kernel/printk
     echo 0 > /proc/sys/kernel/hung_task_timeout_secs
@@ -737,20 +739,26 @@ mem_vmstat() { awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat; }
 mem_swap_used_kib() { awk -v d="$(mem_dev)" '$1 == d { print $4 }' /proc/swaps; }
 
 # Data through swap and back: MEM_WRITE_MIB of the source copied into
-# tmpfs (swap-backed pages, cold once written), a hog that outgrows
-# what is left by MEM_SWAP_OVER_MIB (so the cold tmpfs pages go out to
-# the device), then, the hog still holding its memory, the tmpfs copy
-# read back (its pages come in through the device) and compared with
-# the source.  One pass each way: a hog that verified its own pages
+# tmpfs (swap-backed pages, charged to MEM_SWAP_CG), a hog that outgrows
+# what is left by MEM_SWAP_OVER_MIB, then, the hog still holding its
+# memory, the tmpfs copy read back and compared with the source.  Which
+# pages the hog's pressure sends out is the LRU's choice: once it sent
+# only the hog's own, and the copy was read back without one page in
+# (pswpin 0).  So the copy's cgroup is also told to reclaim it
+# (memory.reclaim): its pages leave memory for the device, and come back
+# in through it.  One pass each way: a hog that verified its own pages
 # would sweep them all in and out on every pass (LRU against a cyclic
 # scan): 600 s did not see one such pass through.
 ms_hog() {
     mem_not_stuck
     grep -q "^$(mem_dev) " /proc/swaps || { echo "no swap on $(mem_dev)"; return 1; }
+    [ ! -d "$MEM_SWAP_CG" ] || rmdir "$MEM_SWAP_CG"
+    mkdir "$MEM_SWAP_CG"
+    [ -f "$MEM_SWAP_CG/memory.reclaim" ] || { echo "no memory.reclaim in $MEM_SWAP_CG"; return 1; }
     mem_kmsg_reset
     out0=$(mem_vmstat pswpout) in0=$(mem_vmstat pswpin)
     t0=$(mem_now)
-    dd if="$MEM_SRC" of="$MEM_SWAP_DATA" bs=1M iflag=direct status=none
+    mem_in "$MEM_SWAP_CG" dd if="$MEM_SRC" of="$MEM_SWAP_DATA" bs=1M iflag=direct status=none
     sync
     echo 3 > /proc/sys/vm/drop_caches
     avail=$(mem_avail_mib)
@@ -761,6 +769,11 @@ ms_hog() {
     wait_until "$MEM_SWAP_MAX" ms_hog_up "$hog" || filled=no
     fill=$(($(mem_now) - t0))
     hog_kib=$(mem_hog_rss)
+    # What reclaim cannot take in its retries it refuses (EAGAIN): the
+    # resident and swapped sizes below are what counts.
+    echo "${MEM_WRITE_MIB}M" > "$MEM_SWAP_CG/memory.reclaim" || true
+    res_kib=$(($(cat "$MEM_SWAP_CG/memory.current") / 1024))
+    out_kib=$(($(cat "$MEM_SWAP_CG/memory.swap.current") / 1024))
     used=$(mem_swap_used_kib)
     rc=0
     mem_bounded "$MEM_SWAP_MAX" cmp "$MEM_SWAP_DATA" "$MEM_SRC" || rc=$?
@@ -771,11 +784,18 @@ ms_hog() {
     out=$(($(mem_vmstat pswpout) - out0)) in=$(($(mem_vmstat pswpin) - in0))
     mem_hog_stop
     rm -f "$MEM_SWAP_DATA"
+    rmdir "$MEM_SWAP_CG"
     mem_kmsg
     mem_kmsg_counts
-    tap_diag "memory-swap: $MEM_WRITE_MIB MiB in tmpfs, hog ${hog} MiB (MemAvailable $avail MiB): $((hog_kib / 1024)) MiB resident after $(mem_secs "$fill") s; swap used $((used / 1024)) MiB; read back and compared in $(mem_secs "$cmp_t") s, exit $rc; pswpout $out, pswpin $in pages; OOM kills $ooms (of pdio: $pdio_ooms); /proc/pressure/memory: $(mem_psi /proc/pressure/memory)"
-    detail "hog $hog MiB ($filled: $((hog_kib / 1024)) MiB in $(mem_secs "$fill") s); swap used $((used / 1024)) MiB, pswpout $out, pswpin $in; tmpfs copy compared: exit $rc in $(mem_secs "$cmp_t") s"
+    tap_diag "memory-swap: $MEM_WRITE_MIB MiB in tmpfs, hog ${hog} MiB (MemAvailable $avail MiB): $((hog_kib / 1024)) MiB resident after $(mem_secs "$fill") s; the copy before the read back: $((res_kib / 1024)) MiB resident, $((out_kib / 1024)) MiB swapped; swap used $((used / 1024)) MiB; read back and compared in $(mem_secs "$cmp_t") s, exit $rc; pswpout $out, pswpin $in pages; OOM kills $ooms (of pdio: $pdio_ooms); /proc/pressure/memory: $(mem_psi /proc/pressure/memory)"
+    detail "hog $hog MiB ($filled: $((hog_kib / 1024)) MiB in $(mem_secs "$fill") s); the copy $((res_kib / 1024)) MiB resident, $((out_kib / 1024)) MiB swapped; swap used $((used / 1024)) MiB, pswpout $out, pswpin $in; tmpfs copy compared: exit $rc in $(mem_secs "$cmp_t") s"
     [ "$rc" = 0 ] || { echo "the tmpfs copy, back from swap, is not the source (cmp exit $rc)"; mem_kmsg_verdict || true; return 1; }
+    # Most of the copy out on the device, and little of it left in
+    # memory: its read back must come in through the device.
+    [ "$out_kib" -ge $((MEM_WRITE_MIB * 1024 * 3 / 4)) ] ||
+        { echo "only $((out_kib / 1024)) MiB of the $MEM_WRITE_MIB MiB copy was swapped out"; return 1; }
+    [ "$res_kib" -le $((MEM_WRITE_MIB * 1024 / 4)) ] ||
+        { echo "$((res_kib / 1024)) MiB of the $MEM_WRITE_MIB MiB copy still in memory"; return 1; }
     [ "${used:-0}" -gt 0 ]
     [ "$out" -gt 0 ]
     [ "$in" -gt 0 ]
