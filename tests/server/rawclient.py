@@ -79,6 +79,7 @@ not do on purpose.
 import fcntl
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -315,12 +316,23 @@ def unread(s):
                                           bytes(4)))[0]
 
 
+def hung_up(s):
+    p = select.poll()
+    p.register(s, select.POLLRDHUP)
+    return bool(p.poll(0))
+
+
 def wait_received(named, deadline=60):
     """Waits until the peer of each (name, socket) has read all that was
     sent on it; the deadline only guards against a server that never
-    does."""
+    does.  A peer that closes frees what it had not read, so a hang-up
+    is a failure, not the end of the wait."""
     end = time.monotonic() + deadline
     while True:
+        gone = [name for name, s in named if hung_up(s)]
+        if gone:
+            raise SystemExit("FAIL: the server hung up before the hand-over: "
+                             "%s" % ", ".join(gone))
         left = [(name, n) for name, n in ((name, unread(s))
                                           for name, s in named) if n]
         if not left:
@@ -384,7 +396,12 @@ def partial(path, sent, done):
     # request, so the server must have received all that was sent before
     # the hand-over starts: wait for that event, not for a time (a loaded
     # machine can take longer than any guess).
-    wait_received([(name, s) for name, s, _, _, _ in cases])
+    try:
+        wait_received([(name, s) for name, s, _, _, _ in cases])
+    except SystemExit:
+        with open(sent, "w") as f:      # the caller waits on the fifo
+            f.write("failed\n")
+        raise
     with open(sent, "w") as f:
         f.write("sent\n")
     with open(done) as f:
