@@ -2,8 +2,8 @@
 /* shadow_io: random I/O against an NBD export, checked byte for byte
  * against an in-memory shadow of the image.
  *
- *   shadow_io -i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] [-c CONNS]
- *             [-q DEPTH] [-m MAXLEN] [-r] SOCKET
+ *   shadow_io -i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] [-u STOP]
+ *             [-c CONNS] [-q DEPTH] [-m MAXLEN] [-r] SOCKET
  *
  * The shadow starts as the image file's content (read with O_DIRECT, so
  * the test does not put the image in the page cache itself).  Requests of
@@ -26,8 +26,13 @@
  * shadow is written out so the caller can cmp it with the image file
  * after the server has exited.
  *
+ * With -u, requests go on past OPS until the file STOP exists: one run on
+ * the same connections can then span events whose time the caller does
+ * not know in advance (server/handover.tap's hand-overs), where runs of a
+ * fixed length would begin and end among them as luck has it.
+ *
  * The sequence of requests depends only on the seed (printed first):
- * rerun with -s SEED to replay it.  -r requires the server to advertise
+ * rerun with -s SEED to replay it (with -u, as many as the run made).  -r requires the server to advertise
  * everything pdio promises (trim, zero, fast zero, FUA, flush, multi-conn).
  */
 #include <config.h>
@@ -532,13 +537,13 @@ verify_all (void)
       hard_error ("byte %" PRIu64 " was not settled by the final read", i);
 }
 
-#define USAGE "-i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] [-c CONNS]" \
-  " [-q DEPTH] [-m MAXLEN] [-r] SOCKET"
+#define USAGE "-i IMAGE [-o SHADOW_OUT] [-s SEED] [-n OPS] [-u STOP]" \
+  " [-c CONNS] [-q DEPTH] [-m MAXLEN] [-r] SOCKET"
 
 int
 main (int argc, char *argv[])
 {
-  const char *image = NULL, *out = NULL;
+  const char *image = NULL, *out = NULL, *stop = NULL;
   uint64_t nops = 3000;
   struct rng r;
   int c;
@@ -548,12 +553,13 @@ main (int argc, char *argv[])
   t.depth = 8;
   t.max_len = 2 << 20;
   t.seed = seed_from_clock ();   /* unless -s */
-  while ((c = getopt (argc, argv, "i:o:s:n:c:q:m:r")) != -1) {
+  while ((c = getopt (argc, argv, "i:o:s:n:u:c:q:m:r")) != -1) {
     switch (c) {
     case 'i': image = optarg; break;
     case 'o': out = optarg; break;
     case 's': t.seed = parse_u64 (optarg, "-s"); break;
     case 'n': nops = parse_u64 (optarg, "-n"); break;
+    case 'u': stop = optarg; break;
     case 'c': t.nconns = parse_u64 (optarg, "-c"); break;
     case 'q': t.depth = parse_u64 (optarg, "-q"); break;
     case 'm': t.max_len = parse_u64 (optarg, "-m"); break;
@@ -575,7 +581,7 @@ main (int argc, char *argv[])
   t.flight = xcalloc (t.nconns * t.depth, sizeof *t.flight);
   load_image (image, t.shadow, t.size);
 
-  for (uint64_t i = 0; i < nops; i++) {
+  for (uint64_t i = 0; i < nops || (stop && access (stop, F_OK) != 0); i++) {
     struct op *op = make_op (&r);
     uint64_t off = op->off, len = op->len;
     bool check_later = modifies (op->kind) && rng_below (&r, 4) != 0;

@@ -30,10 +30,11 @@ not do on purpose.
       header and half its payload (4 KiB: the combined receive; 128 KiB:
       a MSG_WAITALL one); a WRITE's header alone; a refused WRITE (past
       the end) with part of its payload; a whole READ then half the next
-      header -- writes a line to the fifo SENT, waits for a line on the
-      fifo DONE (the caller hands the server over meanwhile), sends the
-      rest and checks every reply and the data written (read back on the
-      same connection).  Exit 0 if all is right.
+      header -- once the server has read all of that (SIOCOUTQ), writes
+      a line to the fifo SENT, waits for a line on the fifo DONE (the
+      caller hands the server over meanwhile), sends the rest and checks
+      every reply and the data written (read back on the same
+      connection).  Exit 0 if all is right.
 
   rawclient.py stream SOCKET SHADOW SENT GO
       For a hand-over in the middle of streamed requests
@@ -75,12 +76,15 @@ not do on purpose.
       hello and answers with a broken offer of KIND (magic, version,
       count, fds): the successor must refuse it.
 """
+import fcntl
 import os
 import random
+import select
 import signal
 import socket
 import struct
 import sys
+import termios
 import threading
 import time
 
@@ -304,6 +308,42 @@ def sigterm(path, pid, image, out):
     print("%d of %d writes acknowledged before the server closed" % (len(acked), n))
 
 
+def unread(s):
+    """What the peer has not yet read of what s sent: SIOCOUTQ (=
+    TIOCOUTQ) on a unix stream socket counts the buffers still queued at
+    the peer, 0 once it has read them all."""
+    return struct.unpack("i", fcntl.ioctl(s.fileno(), termios.TIOCOUTQ,
+                                          bytes(4)))[0]
+
+
+def hung_up(s):
+    p = select.poll()
+    p.register(s, select.POLLRDHUP)
+    return bool(p.poll(0))
+
+
+def wait_received(named, deadline=60):
+    """Waits until the peer of each (name, socket) has read all that was
+    sent on it; the deadline only guards against a server that never
+    does.  A peer that closes frees what it had not read, so a hang-up
+    is a failure, not the end of the wait."""
+    end = time.monotonic() + deadline
+    while True:
+        gone = [name for name, s in named if hung_up(s)]
+        if gone:
+            raise SystemExit("FAIL: the server hung up before the hand-over: "
+                             "%s" % ", ".join(gone))
+        left = [(name, n) for name, n in ((name, unread(s))
+                                          for name, s in named) if n]
+        if not left:
+            return
+        if time.monotonic() > end:
+            raise SystemExit("FAIL: after %d s the server has not read all "
+                             "that was sent: %s" % (deadline, ", ".join(
+                                 "%s (%d queued)" % x for x in left)))
+        time.sleep(0.01)
+
+
 def partial(path, sent, done):
     rnd = random.Random(1)
     cases = []
@@ -352,8 +392,16 @@ def partial(path, sent, done):
     send(s, r1 + r2[:10])
     cases.append(("a READ and half the next header", s, r2[10:],
                   [(51, 0, 512), (52, 0, 512)], []))
-    # Let the server receive what there is: its receives are part way.
-    time.sleep(0.5)
+    # The caller checks what the server says it handed over of each
+    # request, so the server must have received all that was sent before
+    # the hand-over starts: wait for that event, not for a time (a loaded
+    # machine can take longer than any guess).
+    try:
+        wait_received([(name, s) for name, s, _, _, _ in cases])
+    except SystemExit:
+        with open(sent, "w") as f:      # the caller waits on the fifo
+            f.write("failed\n")
+        raise
     with open(sent, "w") as f:
         f.write("sent\n")
     with open(done) as f:
