@@ -32,8 +32,9 @@
  * fixed length would begin and end among them as luck has it.
  *
  * The sequence of requests depends only on the seed (printed first):
- * rerun with -s SEED to replay it (with -u, as many as the run made).  -r requires the server to advertise
- * everything pdio promises (trim, zero, fast zero, FUA, flush, multi-conn).
+ * rerun with -s SEED to replay it (with -u, as many as the run made).
+ * -r requires the server to advertise everything pdio promises (trim,
+ * zero, fast zero, FUA, flush, multi-conn).
  */
 #include <config.h>
 
