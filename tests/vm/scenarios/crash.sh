@@ -135,11 +135,13 @@ cr_dm_slow() {
 # the fast part busy while CR_SLOW_WRITES 4 KiB O_DIRECT writes go, one
 # after another, to the slow part.  Pass: each took the delay, no
 # connection was dropped (no restart, no hand-over, no kernel timeout or
-# dead-connection message), no I/O error, the data reads back, and the
-# kernel logged at most 3 lines per slow request, the writes and their
-# read-backs ("Possible stuck request", one per expiry of the 1 s timer:
-# at 1-2, 2-3 and, under TCG's load, 3-4 s).  cr_slow -C N: the same with
-# N connections, whose timeout must outlast the delay.
+# dead-connection message), no I/O error, the data reads back, and every
+# nbd line the kernel logged is a "Possible stuck request", which it logs
+# at each expiry of the 1 s timer of a request still in flight and is no
+# fault.  How many there are is load's (one a second past the first of
+# each slow request: 7 and 5 lines in two loaded runs), so it is printed,
+# not a pass condition.  cr_slow -C N: the same with N connections, whose
+# timeout must outlast the delay.
 cr_slow() {
     back=/scratch/slow-back.img
     rm -f "$back" "$STATE/slow.stop" "$STATE/slow.fail"
@@ -184,6 +186,7 @@ cr_slow() {
     cat "$STATE/slow.kmsg"
     lines=$(wc -l < "$STATE/slow.kmsg")
     nslow=$((2 * CR_SLOW_WRITES))
+    others=$(grep -vc 'Possible stuck request' "$STATE/slow.kmsg" || true)
     dropped=$(grep -ci 'timed out\|dead\|shutting down\|failed\|I/O error\|Double reply\|Unexpected' "$STATE/slow.kmsg" || true)
     handed=$(grep -c 'died\|handed\|killing\|not answered' "$PDIO_RUN/nbd$i.supervisor.log" || true)
     restarts=$(sed -n 's/^restarts=//p' "$PDIO_RUN/nbd$i.rec")
@@ -193,7 +196,7 @@ cr_slow() {
     pdio detach "$d"
     DM_DISABLE_UDEV=1 dmsetup remove pdio-slow
     /usr/sbin/losetup -d "$loop"
-    tap_diag "slow storage (dm-delay $CR_SLOW_MS ms), $conns connection(s), timeout $tmo s: slow writes took${times} ms; kernel log: $lines nbd line(s) for $nslow slow requests, $dropped of a dropped connection or error; supervisor: $handed hand-over(s), restarts $restarts"
+    tap_diag "slow storage (dm-delay $CR_SLOW_MS ms), $conns connection(s), timeout $tmo s: slow writes took${times} ms; kernel log: $lines nbd line(s) for $nslow slow requests, $others not of a possibly stuck request, $dropped of a dropped connection or error; supervisor: $handed hand-over(s), restarts $restarts"
     detail "slow writes took${times} ms; $bad read back wrong; server $server -> $server2, supervisor $sup; $(cat "$STATE/slow.fail" 2>/dev/null | wc -l) failed writes"
     # One test a line: set -e ignores a failure before the last command
     # of an && list.
@@ -205,7 +208,7 @@ cr_slow() {
     [ "$dropped" = 0 ] || { echo "$dropped kernel line(s) of a dropped connection or error"; return 1; }
     [ "$handed" = 0 ] || { echo "the supervisor handed over $handed time(s)"; return 1; }
     [ "$restarts" = 0 ] && [ "$server2" = "$server" ] || { echo "the server was replaced"; return 1; }
-    [ "$lines" -le $((3 * nslow)) ]
+    [ "$others" = 0 ] || { echo "$others kernel line(s) not of a possibly stuck request"; return 1; }
 }
 
 # Storage slower than the timeout while attach reads the partition
@@ -269,7 +272,7 @@ scenario_crash() {
     step "crash: server SIGABRTed during fio verify: 0 errors, pause <= ${CR_PAUSE_MAX_MS} ms" cr_crash abort 1
     step "crash: server SIGSTOPped during fio verify: the watchdog replaces it, 0 errors" cr_hung
     step "crash: unmount, e2fsck -fn clean, pdio detach leaves nothing" rc_detach
-    step "crash: slow storage (dm-delay ${CR_SLOW_MS} ms): no connection dropped, no error, at most 3 kernel lines per slow request" cr_slow
+    step "crash: slow storage (dm-delay ${CR_SLOW_MS} ms): no connection dropped, no error, no kernel line but of stuck requests" cr_slow
     # Several connections: the timeout bounds the pause.
     step "crash -C 2: pdio attach -C 2 with its defaults (timeout ${CR_MULTI_TIMEOUT} s, io_timeout ${CR_MULTI_TIMEOUT}000 ms), mkfs.ext4, mount" cr_attach native 2
     step "crash -C 2: server SIGKILLed 3 times during fio verify: 0 errors (pauses printed)" cr_crash_multi kill 3

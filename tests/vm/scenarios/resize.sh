@@ -168,6 +168,12 @@ rc_replaced_dev() {
         [ "$new" != 0 ] && [ "$new" != "$3" ] && [ -d "/proc/$new" ]
 }
 
+# rs_held_by PID COMM: PID is COMM, with the device open on its stdin.
+rs_held_by() {
+    [ "$(readlink "/proc/$1/fd/0" 2>/dev/null)" = "$(rs_dev)" ] &&
+        [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]
+}
+
 # Shrinking: refused while mounted and while open (with the device's and
 # the image's sizes untouched), done once closed.
 rs_shrink() {
@@ -180,7 +186,10 @@ rs_shrink() {
     umount "$MNT"
     sleep 600 < "$(rs_dev)" &
     holder=$!
-    sleep 1
+    # Refused only once the holder has the device open and is sleep (not
+    # yet the shell's child): else the shrink goes ahead on a loaded host.
+    wait_until 60 rs_held_by "$holder" sleep ||
+        { kill "$holder"; echo "pid $holder: not sleep with $(rs_dev) open after 60 s"; return 1; }
     rc=0
     pdio resize --size "$small" "$(rs_dev)" 2> "$STATE/rs.err" || rc=$?
     kill "$holder"; wait "$holder" 2>/dev/null || true

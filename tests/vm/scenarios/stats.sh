@@ -6,18 +6,28 @@
 # hand-over (pdio restart), and after a SIGKILL of the server: the counts
 # go on from where they were, with the hand-over, the restart and the
 # server starts counted.  Then fio reads at random while pdio stats
-# --watch 1 prints rates: each is a count over one second, so their sum
-# over the whole run is within 10 % of the reads fio made (a ratio of two
-# counts of the same requests, not a timing).  The mean rate against
-# fio's IOPS would be a timing: TCG's rate varies from second to second
-# (1073 to 4302 r/s in one run), and the intervals cover fio's run only
-# roughly.  detach removes the counters.
+# --watch 5 prints rates: fio starts once the watch has printed its first
+# interval and the watch stops once it printed one with no reads after
+# fio's exit, so its intervals hold every read.  Those reads are counted
+# exactly, by the kernel and by pdio stats --json (which also counts the
+# supervisor's watchdog's probes, one block each: the bytes tell them
+# apart), and they are fio's (with the kernel's merges).  Each r/s is
+# the reads of an interval over its measured length, which is 5 s give or
+# take the watch's wake-up delays (its schedule is fixed, so they do not
+# add up): the sum of r/s times 5 s is within 10 % of the count unless a
+# reading comes 0.45 s late, and half of it if the rates were over twice
+# the interval.  Their mean against fio's IOPS would be a timing: TCG's
+# rate varies from second to second (1073 to 4302 r/s in one run).
+# detach removes the counters.
 ST_WRITES=256
+ST_WATCH=5          # --watch's interval in seconds
 
 st_json() { pdio stats --json "$(rc_dev)"; }
 # st_get JQ: one number from pdio stats --json's device.
 st_get() { st_json | jq -r ".devices[0]$1"; }
 st_kernel_writes() { awk '{ print $5 }' "/sys/block/nbd$(rc_idx)/stat"; }
+# The kernel's reads completed, merged, and their sectors.
+st_kernel_reads() { awk '{ print $1, $2, $3 }' "/sys/block/nbd$(rc_idx)/stat"; }
 
 # st_writes LABEL: dd's writes are counted, by pdio and the kernel alike.
 st_writes() {
@@ -80,26 +90,54 @@ st_kill() {
     detail "restarts $(st_get .restarts), servers $(st_get .server_starts), writes $(st_get .operations.write.requests), longest pause $(($(st_get .longest_pause_ns) / 1000000)) ms (TCG)"
 }
 
+# st_watch_idle N: the watch printed, after its first N lines, an interval
+# with no reads.
+st_watch_idle() {
+    awk -v n="$1" 'NR > n && $1 ~ /^\/dev\/nbd/ && $2 == 0 { f = 1 } END { exit !f }' \
+        "$STATE/st.watch"
+}
+
 st_fio() {
-    pdio stats --watch 1 "$(rc_dev)" > "$STATE/st.watch" &
+    r0=$(st_get .operations.read.requests)
+    rb0=$(st_get .operations.read.bytes)
+    k0=$(st_kernel_reads)
+    pdio stats --watch $ST_WATCH "$(rc_dev)" > "$STATE/st.watch" &
     wpid=$!
-    sleep 1
+    # fio starts once the watch has taken its first reading (and printed
+    # the interval after it), so no read comes before the intervals.
+    wait_until 120 grep -q '^/dev/nbd' "$STATE/st.watch" ||
+        { kill "$wpid"; echo "pdio stats --watch printed nothing in 120 s"; return 1; }
     fio --name=st --filename="$(rc_dev)" --rw=randread --bs=4k --direct=1 \
         --ioengine=libaio --iodepth=16 --time_based --runtime=12 \
         --size=64m --output-format=json > "$STATE/st.fio.json"
-    sleep 2
+    # ... and the watch stops once an interval after fio's exit had no
+    # reads: none comes after the intervals either.
+    seen=$(wc -l < "$STATE/st.watch")
+    wait_until 120 st_watch_idle "$seen" ||
+        { kill "$wpid"; cat "$STATE/st.watch"; echo "no interval without reads 120 s after fio"; return 1; }
     kill "$wpid"
     wait "$wpid" 2> /dev/null || true
-    fio_iops=$(jq '.jobs[0].read.iops' "$STATE/st.fio.json")
+    r1=$(st_get .operations.read.requests)
+    rb1=$(st_get .operations.read.bytes)
+    k1=$(st_kernel_reads)
     fio_ios=$(jq '.jobs[0].read.total_ios' "$STATE/st.fio.json")
-    # Every interval with reads: fio's whole run.
+    fio_iops=$(jq '.jobs[0].read.iops' "$STATE/st.fio.json")
+    cat "$STATE/st.watch"
+    reads=$((r1 - r0)) kreads=$(($(echo "$k1" | cut -d' ' -f1) - $(echo "$k0" | cut -d' ' -f1)))
+    kmerged=$(($(echo "$k1" | cut -d' ' -f2) - $(echo "$k0" | cut -d' ' -f2)))
+    kbytes=$((($(echo "$k1" | cut -d' ' -f3) - $(echo "$k0" | cut -d' ' -f3)) * 512))
+    # The server also counts the watchdog's probes: one block each.
+    probes=$((reads - kreads)) bs=$(rc_field block_size)
     awk '$1 ~ /^\/dev\/nbd/ && $2 > 0 { print $2 }' "$STATE/st.watch" > "$STATE/st.rates"
     n=$(wc -l < "$STATE/st.rates")
-    sum=$(awk '{ s += $1 } END { printf "%.0f", s }' "$STATE/st.rates")
-    cat "$STATE/st.watch"
-    tap_diag "stats --watch 1 during fio randread 4k qd16 (TCG): fio $fio_ios reads ($fio_iops IOPS); pdio stats: $sum over $n intervals of a second, from $(sort -n "$STATE/st.rates" | head -n 1) to $(sort -n "$STATE/st.rates" | tail -n 1) r/s"
-    detail "fio $fio_ios reads, pdio stats --watch $sum (the sum of its r/s)"
-    [ "$n" -gt 0 ] && awk -v a="$sum" -v b="$fio_ios" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.10 * b) }'
+    sum=$(awk -v s="$ST_WATCH" '{ t += $1 * s } END { printf "%.0f", t }' "$STATE/st.rates")
+    tap_diag "stats --watch $ST_WATCH during fio randread 4k qd16 (TCG): fio $fio_ios reads ($fio_iops IOPS); the kernel $kreads requests ($kmerged merged); pdio stats --json $reads ($probes the watchdog's probes); --watch's r/s times $ST_WATCH s: $sum over $n intervals, from $(sort -n "$STATE/st.rates" | head -n 1) to $(sort -n "$STATE/st.rates" | tail -n 1) r/s"
+    detail "fio $fio_ios reads = kernel $kreads + $kmerged merged; pdio stats $reads = kernel + $probes probes; --watch $sum (the sum of its r/s times $ST_WATCH s)"
+    [ "$probes" -ge 0 ] && [ $((rb1 - rb0 - kbytes)) = $((probes * bs)) ] ||
+        { echo "pdio stats counted $reads reads of $((rb1 - rb0)) bytes, the kernel $kreads of $kbytes, probes of $bs bytes"; return 1; }
+    [ "$fio_ios" = $((kreads + kmerged)) ] ||
+        { echo "fio made $fio_ios reads, the kernel saw $kreads + $kmerged merged"; return 1; }
+    [ "$n" -gt 0 ] && awk -v a="$sum" -v b="$reads" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.10 * b) }'
 }
 
 st_detach() {
@@ -114,6 +152,6 @@ scenario_stats() {
     step "stats: pdio attach; $ST_WRITES direct writes counted exactly by pdio stats and the kernel" st_attach
     step "stats: pdio restart (hand-over): the counters carry on, the hand-over counted" st_handover
     step "stats: SIGKILL of the server: the counters carry on, the restart and its pause counted, nothing in flight" st_kill
-    step "stats: pdio stats --watch 1 during fio randread: its rates add up to fio's reads, within 10 %" st_fio
+    step "stats: pdio stats --watch $ST_WATCH during fio randread: reads counted exactly; the rates times the interval add up to them, within 10 %" st_fio
     step "stats: pdio detach removes the counters with the rest" st_detach
 }
