@@ -11,7 +11,8 @@
 # line per step on its second serial port; this script passes its results and
 # figures on, as they are, to stdout, adds a failure for each step that
 # never reported, and one last result of its own: the guest ran to
-# completion and powered off, with no panic/oops, inside the hard timeout.
+# completion and powered off, with no panic/oops, inside the hard timeout,
+# and never fell silent for the stall limit.
 # Both emit TAP with tests/lib/tap.sh.
 #
 # Usage: tests/vm/run.sh [options]
@@ -59,7 +60,9 @@
 #   --pdio-broken PATH  pdio(1) with its break points compiled in (default:
 #                       the build tree's tests/vm/pdio-broken, which make
 #                       check builds, or make -C tests vm/pdio-broken)
-#   --timeout SEC       hard limit for the whole guest run (default 2400)
+#   --timeout SEC       hard limit for the whole guest run (default 4800)
+#   --stall SEC         the guest is stopped once it has printed nothing,
+#                       on either serial port, for SEC (default 1500)
 #   --workdir DIR       use DIR (created) instead of a fresh temporary one
 #   --verbose           stream the guest console to stderr while it runs
 #   --shell             no tests: boot to a busybox shell on this terminal
@@ -92,7 +95,8 @@ break_list=""
 plugin=${PDIO_PLUGIN:-}
 pdio=""
 pdio_broken=""
-timeout=${PDIO_VM_TIMEOUT:-2400}
+timeout=${PDIO_VM_TIMEOUT:-4800}
+stall=${PDIO_VM_STALL:-1500}
 cache=${PDIO_VM_CACHE:-/var/cache/pdio-vm}
 fio_size=${PDIO_VM_FIO_SIZE:-24m}
 files=${PDIO_VM_FILES:-300}
@@ -115,6 +119,8 @@ while [ $# -gt 0 ]; do
     --pdio-broken=*) pdio_broken=${1#*=} ;;
     --timeout) timeout=${2:?}; shift ;;
     --timeout=*) timeout=${1#*=} ;;
+    --stall) stall=${2:?}; shift ;;
+    --stall=*) stall=${1#*=} ;;
     --workdir) workdir=${2:?}; shift ;;
     --workdir=*) workdir=${1#*=} ;;
     --break) break_list=${2:?}; shift ;;
@@ -561,8 +567,10 @@ else
 fi
 qemu_pid=""
 tail_pid=""
+watch_pid=""
 cleanup() {
     if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; fi
+    if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
     if [ -n "$qemu_pid" ]; then kill "$qemu_pid" 2>/dev/null || true; fi
     if [ "$keep" = 1 ]; then
         echo "# artefacts kept in $work" >&2
@@ -727,6 +735,25 @@ t0=$(now)
 timeout -k 10 "$timeout" "$@" -monitor none \
     -serial "file:$work/console.log" -serial "file:$work/results.log" &
 qemu_pid=$!
+# What stops a hung guest is silence, not length: every step prints as it
+# starts and bounds its own waits (the longest, memory-swap's, by 1200 s),
+# and a loaded host stretches a TCG run by 2x or more, so a run that still
+# reports is left to finish and one that has said nothing for $stall s is
+# stopped.  --timeout is the cap beyond that.
+(
+    _w_last=-1 _w_quiet=0
+    while kill -0 "$qemu_pid" 2>/dev/null; do
+        sleep 10
+        _w_size=$(($(stat -c %s "$work/console.log") + $(stat -c %s "$work/results.log")))
+        if [ "$_w_size" = "$_w_last" ]; then _w_quiet=$((_w_quiet + 10)); else _w_quiet=0 _w_last=$_w_size; fi
+        if [ "$_w_quiet" -ge "$stall" ]; then
+            echo "$_w_quiet" > "$work/stalled"
+            kill "$qemu_pid" 2>/dev/null || true
+            exit 0
+        fi
+    done
+) &
+watch_pid=$!
 if [ "$verbose" = 1 ]; then
     tail -n +1 -F "$work/console.log" >&2 2>/dev/null &
     tail_pid=$!
@@ -734,6 +761,11 @@ fi
 qemu_rc=0
 wait "$qemu_pid" || qemu_rc=$?
 qemu_pid=""
+kill "$watch_pid" 2>/dev/null || true
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=""
+stalled=""
+[ ! -f "$work/stalled" ] || stalled="no output from the guest for $(cat "$work/stalled") s"
 if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; tail_pid=""; fi
 t_guest=$(($(now) - t0))
 
@@ -752,6 +784,7 @@ if [ -z "$plan" ]; then
     grep '^#' "$res" || true
     timed_out=""
     [ "$qemu_rc" != 124 ] || timed_out=": timeout after ${timeout}s"
+    [ -z "$stalled" ] || timed_out=": $stalled"
     tap_result 1 "guest reported nothing (qemu exit $qemu_rc$timed_out)"
     tap_plan
     failed=1
@@ -765,7 +798,7 @@ else
         tap_result 1 "no result from the guest for step $((tap_n + 1))"
     done
     # What else must hold, as "; "-separated problems.
-    problems=$(awk -v qemu_rc="$qemu_rc" -v timeout="$timeout" \
+    problems=$(awk -v qemu_rc="$qemu_rc" -v timeout="$timeout" -v stalled="$stalled" \
         -v console="$work/console.log" '
 function fail(msg) { problems = problems "; " msg }
 /^1\.\.[0-9]+$/ { if (plan == "") plan = substr($0, 4) + 0; else fail("second plan line"); next }
@@ -789,7 +822,8 @@ END {
         if (l ~ /^pdio-guest: done/) done = 1
     }
     if (last > plan) fail("guest reported " last " results for a plan of " plan)
-    if (qemu_rc == 124) fail("hard timeout after " timeout "s")
+    if (stalled != "") fail(stalled)
+    else if (qemu_rc == 124) fail("hard timeout after " timeout "s")
     else if (qemu_rc != 0) fail("qemu exited with status " qemu_rc)
     if (summary == "") fail("no final \"N passed, M failed\" line")
     else if (sp != npass || sf != nfail) fail("summary \"" summary "\" does not match the results")
