@@ -15,8 +15,11 @@
 #   no-watchdog           the supervisor never probes its server: the hung
 #                         server is not replaced
 #   kernel-timeout-nonzero  the 1 s timer as a kernel request timeout: the
-#                         slow-storage check fails (the connection of a
-#                         slow request is dropped and handed over again)
+#                         slow-storage step never passes: attach's own
+#                         read of the partition table (slow storage at
+#                         sector 0) drops its connection every second and
+#                         gets a fresh one, without end, so the run ends
+#                         at its hard limit (it prints all the while)
 #
 # With -C 2 the kernel drops the connection of any request that outlives
 # its timer, and resends the requests in flight at a death only then: the
