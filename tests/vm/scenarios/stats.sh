@@ -123,9 +123,9 @@ st_fio() {
     fio_ios=$(jq '.jobs[0].read.total_ios' "$STATE/st.fio.json")
     fio_iops=$(jq '.jobs[0].read.iops' "$STATE/st.fio.json")
     cat "$STATE/st.watch"
-    reads=$((r1 - r0)) kreads=$(($(echo "$k1" | cut -d' ' -f1) - $(echo "$k0" | cut -d' ' -f1)))
-    kmerged=$(($(echo "$k1" | cut -d' ' -f2) - $(echo "$k0" | cut -d' ' -f2)))
-    kbytes=$((($(echo "$k1" | cut -d' ' -f3) - $(echo "$k0" | cut -d' ' -f3)) * 512))
+    # shellcheck disable=SC2086 # the three counts, split
+    set -- $k0 $k1
+    reads=$((r1 - r0)) kreads=$(($4 - $1)) kmerged=$(($5 - $2)) kbytes=$((($6 - $3) * 512))
     # The server also counts the watchdog's probes: one block each.
     probes=$((reads - kreads)) bs=$(rc_field block_size)
     awk '$1 ~ /^\/dev\/nbd/ && $2 > 0 { print $2 }' "$STATE/st.watch" > "$STATE/st.rates"
